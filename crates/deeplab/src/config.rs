@@ -1,0 +1,728 @@
+//! The one configuration type of a workload: what a TOML file says, what `--set key=value` changes, and
+//! what a trial runs. Reading is strict: an unknown key names the closest valid one, and every value out
+//! of range is refused with the key and what is allowed, never replaced by a silent default.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A workload: the model, the data it is fed, how it is trained, and optionally the device it targets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub model: ModelConfig,
+    pub data: DataConfig,
+    #[serde(default)]
+    pub train: TrainConfig,
+    /// Where the workload is meant to run; command-line flags override it.
+    #[serde(default, skip_serializing_if = "DeviceConfig::is_empty")]
+    pub device: DeviceConfig,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backbone {
+    Resnet18,
+    Resnet34,
+    Resnet50,
+    Resnet101,
+    Resnet152,
+}
+
+impl Backbone {
+    pub const ALL: [Backbone; 5] = [
+        Backbone::Resnet18,
+        Backbone::Resnet34,
+        Backbone::Resnet50,
+        Backbone::Resnet101,
+        Backbone::Resnet152,
+    ];
+
+    /// Blocks per stage, as in torchvision's `resnet*` constructors.
+    pub fn layers(self) -> [usize; 4] {
+        match self {
+            Backbone::Resnet18 => [2, 2, 2, 2],
+            Backbone::Resnet34 | Backbone::Resnet50 => [3, 4, 6, 3],
+            Backbone::Resnet101 => [3, 4, 23, 3],
+            Backbone::Resnet152 => [3, 8, 36, 3],
+        }
+    }
+
+    /// Bottleneck blocks (expansion 4) for ResNet-50 and deeper, basic blocks below.
+    pub fn bottleneck(self) -> bool {
+        matches!(
+            self,
+            Backbone::Resnet50 | Backbone::Resnet101 | Backbone::Resnet152
+        )
+    }
+
+    pub fn expansion(self) -> usize {
+        if self.bottleneck() {
+            4
+        } else {
+            1
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Backbone::Resnet18 => "resnet18",
+            Backbone::Resnet34 => "resnet34",
+            Backbone::Resnet50 => "resnet50",
+            Backbone::Resnet101 => "resnet101",
+            Backbone::Resnet152 => "resnet152",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    pub backbone: Backbone,
+    /// 8, 16 or 32: torchvision's `replace_stride_with_dilation` on layer3/layer4.
+    pub output_stride: usize,
+    pub classes: usize,
+    /// Atrous rates of the three 3×3 ASPP branches. Absent: the paper's rates for the output stride
+    /// (6, 12, 18 at OS16; doubled at OS8; halved at OS32).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aspp_rates: Option<[usize; 3]>,
+    #[serde(default = "default_aspp_channels")]
+    pub aspp_channels: usize,
+    /// Depthwise-separable 3×3 convolutions in the ASPP and the decoder (the paper's variant).
+    #[serde(default)]
+    pub separable: bool,
+    /// Heads of a multi-head self-attention block on the ASPP output; 0 means no attention block.
+    #[serde(default)]
+    pub attention_heads: usize,
+    /// An FCN auxiliary head on layer3 with its own loss (weight 0.5, as torchvision's reference).
+    #[serde(default)]
+    pub aux_head: bool,
+    /// Module ids swapped for identity (see `oom-bisect inspect`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub identity: Vec<String>,
+    /// Stage id after which the forward pass stops and the loss is taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncate_after: Option<String>,
+}
+
+fn default_aspp_channels() -> usize {
+    256
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataConfig {
+    pub batch: usize,
+    /// Input `[height, width]` in pixels.
+    pub size: [usize; 2],
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Optimizer {
+    Sgd,
+    Adamw,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LossResolution {
+    /// Logits upsampled to the input size, loss on every pixel (torchvision).
+    Full,
+    /// Loss on the decoder's 1/4-resolution logits against nearest-downsampled labels.
+    Quarter,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    F32,
+    F16,
+    Bf16,
+}
+
+impl Precision {
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::F16 => "f16",
+            Precision::Bf16 => "bf16",
+        }
+    }
+}
+
+/// How much of a training step runs. Ordered: each phase includes the ones before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Forward pass and loss, graph kept as for training, no backward.
+    Forward,
+    /// Forward and backward: gradients computed, no optimizer step.
+    Backward,
+    /// The whole training step, optimizer state included.
+    Step,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 3] = [Phase::Forward, Phase::Backward, Phase::Step];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Forward => "forward",
+            Phase::Backward => "backward",
+            Phase::Step => "step",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainConfig {
+    #[serde(default = "default_optimizer")]
+    pub optimizer: Optimizer,
+    #[serde(default = "default_lr")]
+    pub learning_rate: f64,
+    /// SGD momentum (ignored by AdamW, whose betas are burn's defaults 0.9/0.999).
+    #[serde(default = "default_momentum")]
+    pub momentum: f64,
+    #[serde(default = "default_weight_decay")]
+    pub weight_decay: f64,
+    #[serde(default = "default_loss_resolution")]
+    pub loss_resolution: LossResolution,
+    #[serde(default = "default_precision")]
+    pub precision: Precision,
+    /// Recompute activations in backward (burn's `BalancedCheckpointing`).
+    #[serde(default)]
+    pub checkpointing: bool,
+    #[serde(default = "default_phase")]
+    pub phase: Phase,
+    /// Training steps per trial: optimizer state appears at the first step, the steady-state peak later.
+    #[serde(default = "default_steps")]
+    pub steps: usize,
+}
+
+fn default_optimizer() -> Optimizer {
+    Optimizer::Sgd
+}
+fn default_lr() -> f64 {
+    0.01
+}
+fn default_momentum() -> f64 {
+    0.9
+}
+fn default_weight_decay() -> f64 {
+    1e-4
+}
+fn default_loss_resolution() -> LossResolution {
+    LossResolution::Full
+}
+fn default_precision() -> Precision {
+    Precision::F32
+}
+fn default_phase() -> Phase {
+    Phase::Step
+}
+fn default_steps() -> usize {
+    3
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        TrainConfig {
+            optimizer: default_optimizer(),
+            learning_rate: default_lr(),
+            momentum: default_momentum(),
+            weight_decay: default_weight_decay(),
+            loss_resolution: default_loss_resolution(),
+            precision: default_precision(),
+            checkpointing: false,
+            phase: default_phase(),
+            steps: default_steps(),
+        }
+    }
+}
+
+/// The device a workload targets. Every field is optional; the command line overrides each.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceConfig {
+    /// `cuda` or `cpu`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
+    /// A size such as `24GiB`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_fraction: Option<f64>,
+    /// A card name from `--gpu help`, e.g. `rtx3090`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<String>,
+}
+
+impl DeviceConfig {
+    pub fn is_empty(&self) -> bool {
+        *self == DeviceConfig::default()
+    }
+}
+
+/// A configuration problem tied to one key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Dotted key, e.g. `model.output_stride`.
+    pub key: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "`{}`: {}", self.key, self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Every key a config may hold, by section. Used for unknown-key errors and `--set`.
+pub const KEYS: &[(&str, &[&str])] = &[
+    (
+        "model",
+        &[
+            "backbone",
+            "output_stride",
+            "classes",
+            "aspp_rates",
+            "aspp_channels",
+            "separable",
+            "attention_heads",
+            "aux_head",
+            "identity",
+            "truncate_after",
+        ],
+    ),
+    ("data", &["batch", "size"]),
+    (
+        "train",
+        &[
+            "optimizer",
+            "learning_rate",
+            "momentum",
+            "weight_decay",
+            "loss_resolution",
+            "precision",
+            "checkpointing",
+            "phase",
+            "steps",
+        ],
+    ),
+    (
+        "device",
+        &["backend", "memory_limit", "memory_fraction", "gpu"],
+    ),
+];
+
+fn all_keys() -> impl Iterator<Item = String> {
+    KEYS.iter()
+        .flat_map(|(s, ks)| ks.iter().map(move |k| format!("{s}.{k}")))
+}
+
+/// Levenshtein distance, for "did you mean" suggestions.
+pub(crate) fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// The valid key closest to `key` (a dotted key), if any is reasonably close.
+pub fn closest_key(key: &str) -> Option<String> {
+    if !key.contains('.') {
+        return KEYS
+            .iter()
+            .map(|(s, _)| (distance(key, s), s.to_string()))
+            .filter(|(d, _)| *d <= 2)
+            .min_by_key(|(d, _)| *d)
+            .map(|(_, s)| s);
+    }
+    let leaf = key.rsplit('.').next().unwrap_or(key);
+    all_keys()
+        .map(|k| {
+            let kleaf = k.rsplit('.').next().unwrap_or(&k).to_string();
+            (distance(key, &k).min(distance(leaf, &kleaf)), k)
+        })
+        .filter(|(d, k)| *d <= 3.max(k.len() / 3))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+fn unknown_key(key: &str) -> ConfigError {
+    let hint = match closest_key(key) {
+        Some(k) => format!("; did you mean `{k}`?"),
+        None => String::new(),
+    };
+    ConfigError::new(
+        key,
+        format!("unknown key{hint} (see configs/README.md for every key)"),
+    )
+}
+
+/// Refuses keys no config may hold, naming the closest valid key.
+fn check_keys(table: &toml::Table) -> Result<(), ConfigError> {
+    for (section, value) in table {
+        let Some((_, keys)) = KEYS.iter().find(|(s, _)| s == section) else {
+            return Err(unknown_key(section));
+        };
+        let Some(inner) = value.as_table() else {
+            return Err(ConfigError::new(
+                section.as_str(),
+                format!("must be a table (`[{section}]`)"),
+            ));
+        };
+        for key in inner.keys() {
+            if !keys.contains(&key.as_str()) {
+                return Err(unknown_key(&format!("{section}.{key}")));
+            }
+        }
+    }
+    for required in ["model", "data"] {
+        if !table.contains_key(required) {
+            return Err(ConfigError::new(required, "missing section"));
+        }
+    }
+    Ok(())
+}
+
+/// Turns serde's message into a key-naming error.
+fn type_error(table: &toml::Table, err: toml::de::Error) -> ConfigError {
+    // serde does not say which key failed for nested tables; find it by deserialising each section.
+    let msg = err.message().to_string();
+    for (section, value) in table {
+        let Some(inner) = value.as_table() else {
+            continue;
+        };
+        for (key, v) in inner {
+            let mut probe = Config::example().to_table();
+            probe
+                .get_mut(section)
+                .and_then(|s| s.as_table_mut())
+                .map(|s| s.insert(key.clone(), v.clone()));
+            if let Err(e) = toml::Value::Table(probe).try_into::<Config>() {
+                return ConfigError::new(
+                    format!("{section}.{key}"),
+                    e.message().trim().to_string(),
+                );
+            }
+        }
+    }
+    ConfigError::new("config", msg.trim().to_string())
+}
+
+impl Config {
+    /// Parses and validates TOML text.
+    pub fn from_toml_str(text: &str) -> Result<Config, ConfigError> {
+        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+            ConfigError::new("config", format!("not valid TOML: {}", e.message().trim()))
+        })?;
+        Config::from_table(table)
+    }
+
+    /// Validates an already parsed TOML table.
+    pub fn from_table(table: toml::Table) -> Result<Config, ConfigError> {
+        check_keys(&table)?;
+        let config: Config = toml::Value::Table(table.clone())
+            .try_into()
+            .map_err(|e| type_error(&table, e))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn to_table(&self) -> toml::Table {
+        toml::Table::try_from(self).expect("a config always serialises")
+    }
+
+    pub fn to_toml_string(&self) -> String {
+        toml::to_string(self).expect("a config always serialises")
+    }
+
+    /// A canonical one-line form: two configs are the same workload iff their keys are equal.
+    /// The device section is not part of the workload.
+    pub fn canonical_key(&self) -> String {
+        let mut c = self.clone();
+        c.device = DeviceConfig::default();
+        c.model.identity.sort();
+        c.model.identity.dedup();
+        if c.model.aspp_rates.is_none() {
+            c.model.aspp_rates = Some(c.model.effective_aspp_rates());
+        }
+        serde_json::to_string(&c).expect("a config always serialises")
+    }
+
+    /// Applies `key=value` overrides (`model.output_stride=16`), then validates.
+    pub fn with_overrides<S: AsRef<str>>(&self, sets: &[S]) -> Result<Config, ConfigError> {
+        let mut table = self.to_table();
+        for set in sets {
+            apply_set(&mut table, set.as_ref())?;
+        }
+        Config::from_table(table)
+    }
+
+    /// A small valid config, used as a template.
+    pub fn example() -> Config {
+        Config {
+            model: ModelConfig {
+                backbone: Backbone::Resnet50,
+                output_stride: 16,
+                classes: 21,
+                aspp_rates: None,
+                aspp_channels: 256,
+                separable: false,
+                attention_heads: 0,
+                aux_head: false,
+                identity: vec![],
+                truncate_after: None,
+            },
+            data: DataConfig {
+                batch: 4,
+                size: [512, 512],
+            },
+            train: TrainConfig::default(),
+            device: DeviceConfig::default(),
+        }
+    }
+
+    /// Range checks with the key and what is allowed. Module ids and stage ids are checked by the model
+    /// (they depend on the architecture); see [`crate::Architecture::new`].
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let m = &self.model;
+        if ![8, 16, 32].contains(&m.output_stride) {
+            return Err(ConfigError::new(
+                "model.output_stride",
+                format!("{} is not allowed (allowed: 8, 16, 32)", m.output_stride),
+            ));
+        }
+        if m.classes == 0 {
+            return Err(ConfigError::new("model.classes", "must be at least 1"));
+        }
+        if let Some(rates) = m.aspp_rates {
+            if rates.contains(&0) {
+                return Err(ConfigError::new(
+                    "model.aspp_rates",
+                    "rates must be at least 1",
+                ));
+            }
+        }
+        if m.aspp_channels == 0 {
+            return Err(ConfigError::new(
+                "model.aspp_channels",
+                "must be at least 1",
+            ));
+        }
+        if m.attention_heads > 0 && m.aspp_channels % m.attention_heads != 0 {
+            return Err(ConfigError::new(
+                "model.attention_heads",
+                format!(
+                    "{} does not divide model.aspp_channels ({}); heads must divide the channels",
+                    m.attention_heads, m.aspp_channels
+                ),
+            ));
+        }
+        let d = &self.data;
+        if d.batch == 0 {
+            return Err(ConfigError::new("data.batch", "must be at least 1"));
+        }
+        for (i, side) in d.size.iter().enumerate() {
+            // The stem and layer1 always downsample by 4; deeper stages by the output stride.
+            let multiple = m.output_stride.max(4);
+            if *side == 0 || side % multiple != 0 {
+                return Err(ConfigError::new(
+                    "data.size",
+                    format!(
+                        "{} {side} is not a positive multiple of the output stride {} (try {})",
+                        ["height", "width"][i],
+                        m.output_stride,
+                        ((side / multiple).max(1)) * multiple
+                    ),
+                ));
+            }
+        }
+        let t = &self.train;
+        if t.steps == 0 {
+            return Err(ConfigError::new("train.steps", "must be at least 1"));
+        }
+        if !(t.learning_rate.is_finite() && t.learning_rate > 0.0) {
+            return Err(ConfigError::new(
+                "train.learning_rate",
+                "must be a positive number",
+            ));
+        }
+        if !(0.0..1.0).contains(&t.momentum) {
+            return Err(ConfigError::new("train.momentum", "must be in [0, 1)"));
+        }
+        if !(t.weight_decay.is_finite() && t.weight_decay >= 0.0) {
+            return Err(ConfigError::new(
+                "train.weight_decay",
+                "must be zero or positive",
+            ));
+        }
+        if let Some(f) = self.device.memory_fraction {
+            if !(f > 0.0 && f <= 1.0) {
+                return Err(ConfigError::new(
+                    "device.memory_fraction",
+                    format!("{f} is not in (0, 1]"),
+                ));
+            }
+        }
+        if let Some(b) = &self.device.backend {
+            if b != "cuda" && b != "cpu" {
+                return Err(ConfigError::new(
+                    "device.backend",
+                    format!("`{b}` is not allowed (allowed: cuda, cpu)"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ModelConfig {
+    /// The paper's rates: (6, 12, 18) at output stride 16, doubled at 8, halved at 32.
+    pub fn effective_aspp_rates(&self) -> [usize; 3] {
+        self.aspp_rates.unwrap_or(match self.output_stride {
+            8 => [12, 24, 36],
+            32 => [3, 6, 9],
+            _ => [6, 12, 18],
+        })
+    }
+}
+
+/// Sets one dotted key in a TOML table. The value is read as TOML (`16`, `true`, `[256, 256]`,
+/// `"x"`), and as a bare string when it is not valid TOML (`resnet50`).
+pub fn apply_set(table: &mut toml::Table, set: &str) -> Result<(), ConfigError> {
+    let Some((key, raw)) = set.split_once('=') else {
+        return Err(ConfigError::new(
+            set,
+            "expected key=value, e.g. model.output_stride=16",
+        ));
+    };
+    let key = key.trim();
+    let raw = raw.trim();
+    let Some((section, leaf)) = key.split_once('.') else {
+        return Err(unknown_key(key));
+    };
+    let known = KEYS
+        .iter()
+        .any(|(s, ks)| *s == section && ks.contains(&leaf));
+    if !known {
+        return Err(unknown_key(key));
+    }
+    let value = format!("v = {raw}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.to_string()));
+    let entry = table
+        .entry(section.to_string())
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    let Some(inner) = entry.as_table_mut() else {
+        return Err(ConfigError::new(section, "must be a table"));
+    };
+    inner.insert(leaf.to_string(), value);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+[model]
+backbone = "resnet50"
+output_stride = 8
+classes = 21
+[data]
+batch = 4
+size = [512, 512]
+"#;
+
+    #[test]
+    fn reads_and_round_trips() {
+        let c = Config::from_toml_str(BASE).unwrap();
+        assert_eq!(c.model.effective_aspp_rates(), [12, 24, 36]);
+        assert_eq!(c.train.steps, 3);
+        let back = Config::from_toml_str(&c.to_toml_string()).unwrap();
+        assert_eq!(back, c);
+    }
+
+    #[test]
+    fn unknown_key_names_the_closest() {
+        let e = Config::from_toml_str(&BASE.replace("batch = 4", "bach = 4")).unwrap_err();
+        assert_eq!(e.key, "data.bach");
+        assert!(e.message.contains("did you mean `data.batch`"), "{e}");
+        let e = Config::from_toml_str(&format!("{BASE}\n[trian]\nsteps = 2\n")).unwrap_err();
+        assert!(e.message.contains("`train`"), "{e}");
+    }
+
+    #[test]
+    fn invalid_knobs_name_the_key() {
+        let c = Config::from_toml_str(BASE).unwrap();
+        let e = c.with_overrides(&["model.output_stride=12"]).unwrap_err();
+        assert_eq!(e.key, "model.output_stride");
+        assert!(e.message.contains("allowed: 8, 16, 32"), "{e}");
+        let e = c.with_overrides(&["data.size=[500, 512]"]).unwrap_err();
+        assert_eq!(e.key, "data.size");
+        assert!(e.message.contains("multiple of the output stride 8"), "{e}");
+        let e = c.with_overrides(&["data.batch=0"]).unwrap_err();
+        assert_eq!(e.key, "data.batch");
+        let e = c.with_overrides(&["model.backbone=resnet49"]).unwrap_err();
+        assert_eq!(e.key, "model.backbone");
+        assert!(e.message.contains("resnet50"), "{e}");
+        let e = c.with_overrides(&["train.phase=sideways"]).unwrap_err();
+        assert_eq!(e.key, "train.phase");
+    }
+
+    #[test]
+    fn set_overrides_every_kind_of_value() {
+        let c = Config::from_toml_str(BASE).unwrap();
+        let c = c
+            .with_overrides(&[
+                "model.output_stride=16",
+                "model.backbone=resnet101",
+                "model.identity=[\"aspp.pool\"]",
+                "data.size=[256, 384]",
+                "train.precision=bf16",
+                "model.aux_head=true",
+            ])
+            .unwrap();
+        assert_eq!(c.model.output_stride, 16);
+        assert_eq!(c.model.backbone, Backbone::Resnet101);
+        assert_eq!(c.model.identity, vec!["aspp.pool".to_string()]);
+        assert_eq!(c.data.size, [256, 384]);
+        assert_eq!(c.train.precision, Precision::Bf16);
+        assert!(c.model.aux_head);
+    }
+
+    #[test]
+    fn canonical_key_ignores_order_and_device() {
+        let a = Config::from_toml_str(BASE)
+            .unwrap()
+            .with_overrides(&["model.identity=[\"aspp.pool\", \"decoder\"]"])
+            .unwrap();
+        let mut b = a.with_overrides(&["device.memory_limit=\"1GiB\""]).unwrap();
+        b.model.identity.reverse();
+        assert_eq!(a.canonical_key(), b.canonical_key());
+    }
+}

@@ -1,0 +1,17 @@
+//! DeepLabV3+ (Chen et al., 2018) in burn, generic over the backend, with every knob the search turns:
+//! identity swaps by stable module id, truncation after any stage, input size, output stride, batch,
+//! precision, optimizer and phase. One [`Config`] reads and writes TOML.
+
+pub mod arch;
+pub mod blocks;
+pub mod config;
+pub mod model;
+pub mod train;
+
+pub use arch::{Architecture, ModuleInfo, StageInfo};
+pub use config::{
+    Backbone, Config, ConfigError, DataConfig, DeviceConfig, LossResolution, ModelConfig,
+    Optimizer, Phase, Precision, TrainConfig,
+};
+pub use model::DeepLabV3Plus;
+pub use train::{Point, StepResult, Trainer};

@@ -1,0 +1,368 @@
+//! DeepLabV3+ (Chen et al., 2018) as burn modules, laid out like torchvision: a ResNet backbone with
+//! `replace_stride_with_dilation`, ASPP, optional self-attention and FCN auxiliary head, and the
+//! encoder-decoder head. Modules swapped for identity are `None`; the forward pass reports every
+//! stage to an observer and stops after the truncation stage.
+
+use crate::arch::{Architecture, LAYERS};
+use crate::blocks::{bn, conv, Block, Conv3x3, ConvBnRelu};
+use burn::nn::attention::{MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
+use burn::nn::{BatchNorm, Dropout, DropoutConfig, PaddingConfig2d};
+use burn::prelude::*;
+use burn::tensor::activation::relu;
+use burn::tensor::module::{adaptive_avg_pool2d, interpolate};
+use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
+
+/// Bilinear resize with `align_corners = False`, as torchvision's `F.interpolate` calls in DeepLab.
+pub fn resize<B: Backend>(x: Tensor<B, 4>, size: [usize; 2]) -> Tensor<B, 4> {
+    let [_, _, h, w] = x.dims();
+    if [h, w] == size {
+        return x;
+    }
+    interpolate(
+        x,
+        size,
+        InterpolateOptions::new(InterpolateMode::Bilinear).with_align_corners(false),
+    )
+}
+
+#[derive(Module, Debug)]
+pub struct ResNet<B: Backend> {
+    pub conv1: Conv2d<B>,
+    pub bn1: BatchNorm<B>,
+    pub maxpool: MaxPool2d,
+    /// `layer1` … `layer4`; a block swapped for identity is `None`.
+    pub layers: Vec<Vec<Option<Block<B>>>>,
+}
+
+#[derive(Module, Debug)]
+pub struct Aspp<B: Backend> {
+    pub branch0: Option<ConvBnRelu<B>>,
+    /// The three atrous branches `branch1` … `branch3`.
+    pub atrous: Vec<Option<Conv3x3<B>>>,
+    pub pool: Option<ConvBnRelu<B>>,
+    pub project: ConvBnRelu<B>,
+    pub dropout: Dropout,
+}
+
+impl<B: Backend> Aspp<B> {
+    pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        let [_, _, h, w] = x.dims();
+        let mut outs = Vec::with_capacity(5);
+        if let Some(b) = &self.branch0 {
+            outs.push(b.forward(x.clone()));
+        }
+        for b in self.atrous.iter().flatten() {
+            outs.push(b.forward(x.clone()));
+        }
+        if let Some(p) = &self.pool {
+            // Image pooling: global average, 1×1 conv + BN + ReLU, broadcast back bilinearly.
+            let pooled = p.forward(adaptive_avg_pool2d(x, [1, 1]));
+            outs.push(resize(pooled, [h, w]));
+        }
+        let cat = Tensor::cat(outs, 1);
+        self.dropout.forward(self.project.forward(cat))
+    }
+}
+
+/// Multi-head self-attention over the ASPP output's pixels, with a residual connection.
+#[derive(Module, Debug)]
+pub struct Attention<B: Backend> {
+    pub mha: MultiHeadAttention<B>,
+}
+
+impl<B: Backend> Attention<B> {
+    pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        let [b, c, h, w] = x.dims();
+        // [B, C, H, W] -> [B, H·W, C]: every pixel is a token.
+        let tokens = x.reshape([b, c, h * w]).swap_dims(1, 2);
+        let attended = self
+            .mha
+            .forward(MhaInput::self_attn(tokens.clone()))
+            .context;
+        (tokens + attended).swap_dims(1, 2).reshape([b, c, h, w])
+    }
+}
+
+#[derive(Module, Debug)]
+pub struct Decoder<B: Backend> {
+    /// The 48-channel 1×1 projection of layer1.
+    pub project: Option<ConvBnRelu<B>>,
+    /// The two 3×3 256-channel convolutions after concatenation.
+    pub fuse: Vec<Option<Conv3x3<B>>>,
+}
+
+impl<B: Backend> Decoder<B> {
+    pub fn forward(&self, high: Tensor<B, 4>, low: Tensor<B, 4>) -> Tensor<B, 4> {
+        let [_, _, h, w] = low.dims();
+        let low = match &self.project {
+            Some(p) => p.forward(low),
+            None => low,
+        };
+        let mut x = Tensor::cat(vec![resize(high, [h, w]), low], 1);
+        for f in self.fuse.iter().flatten() {
+            x = f.forward(x);
+        }
+        x
+    }
+}
+
+/// torchvision's `FCNHead` on layer3: 3×3 conv to in/4 channels + BN + ReLU, dropout 0.1, 1×1 conv.
+#[derive(Module, Debug)]
+pub struct AuxHead<B: Backend> {
+    pub conv: ConvBnRelu<B>,
+    pub dropout: Dropout,
+    pub classifier: Conv2d<B>,
+}
+
+impl<B: Backend> AuxHead<B> {
+    pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        self.classifier
+            .forward(self.dropout.forward(self.conv.forward(x)))
+    }
+}
+
+/// What the forward pass produced.
+#[derive(Debug)]
+pub enum Head<B: Backend> {
+    /// Class logits `[B, classes, h, w]`, at the loss resolution.
+    Logits(Tensor<B, 4>),
+    /// The output of the truncation stage.
+    Truncated(Tensor<B, 4>),
+}
+
+#[derive(Debug)]
+pub struct Output<B: Backend> {
+    pub head: Head<B>,
+    /// Auxiliary logits at the same resolution as the main logits, when the aux head ran.
+    pub aux: Option<Tensor<B, 4>>,
+}
+
+#[derive(Module, Debug)]
+pub struct DeepLabV3Plus<B: Backend> {
+    pub backbone: ResNet<B>,
+    pub aspp: Option<Aspp<B>>,
+    pub attention: Option<Attention<B>>,
+    pub aux_head: Option<AuxHead<B>>,
+    pub decoder: Option<Decoder<B>>,
+    pub classifier: Conv2d<B>,
+    #[module(skip)]
+    pub arch: Architecture,
+}
+
+impl<B: Backend> DeepLabV3Plus<B> {
+    /// Builds the whole model (every parameter, also past the truncation point, as in real training).
+    pub fn new(arch: Architecture, device: &B::Device) -> Self {
+        let m = &arch.config;
+        let sep = m.separable;
+        let bottleneck = m.backbone.bottleneck();
+        let on = |id: &str| !arch.is_identity(id);
+
+        let layers = arch
+            .blocks
+            .iter()
+            .enumerate()
+            .map(|(i, specs)| {
+                specs
+                    .iter()
+                    .enumerate()
+                    .map(|(k, s)| {
+                        on(&format!("backbone.{}.{k}", LAYERS[i]))
+                            .then(|| Block::new(*s, bottleneck, device))
+                    })
+                    .collect()
+            })
+            .collect();
+        let backbone = ResNet {
+            conv1: Conv2dConfig::new([3, 64], [7, 7])
+                .with_stride([2, 2])
+                .with_padding(PaddingConfig2d::Explicit(3, 3, 3, 3))
+                .with_bias(false)
+                .init(device),
+            bn1: bn(64, device),
+            maxpool: MaxPool2dConfig::new([3, 3])
+                .with_strides([2, 2])
+                .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
+                .init(),
+            layers,
+        };
+
+        let high = arch.blocks[3][0].planes * m.backbone.expansion();
+        let c = m.aspp_channels;
+        let rates = m.effective_aspp_rates();
+        let aspp = on("aspp").then(|| {
+            let kept = [
+                "aspp.branch0",
+                "aspp.branch1",
+                "aspp.branch2",
+                "aspp.branch3",
+                "aspp.pool",
+            ]
+            .iter()
+            .filter(|id| on(id))
+            .count();
+            Aspp {
+                branch0: on("aspp.branch0")
+                    .then(|| ConvBnRelu::new(conv([high, c], 1, 1, 1, 1), device)),
+                atrous: (0..3)
+                    .map(|i| {
+                        on(&format!("aspp.branch{}", i + 1))
+                            .then(|| Conv3x3::new([high, c], rates[i], sep, device))
+                    })
+                    .collect(),
+                pool: on("aspp.pool").then(|| ConvBnRelu::new(conv([high, c], 1, 1, 1, 1), device)),
+                project: ConvBnRelu::new(conv([kept * c, c], 1, 1, 1, 1), device),
+                dropout: DropoutConfig::new(0.5).init(),
+            }
+        });
+        let attention = (m.attention_heads > 0 && on("attention")).then(|| Attention {
+            mha: MultiHeadAttentionConfig::new(arch.aspp_out, m.attention_heads)
+                .with_dropout(0.0)
+                .init(device),
+        });
+        let aux_head = (m.aux_head && on("aux_head")).then(|| {
+            let inter = arch.layer3_out / 4;
+            AuxHead {
+                conv: ConvBnRelu::new(conv([arch.layer3_out, inter], 3, 1, 1, 1), device),
+                dropout: DropoutConfig::new(0.1).init(),
+                classifier: Conv2dConfig::new([inter, m.classes], [1, 1]).init(device),
+            }
+        });
+        let decoder = on("decoder").then(|| {
+            let low_in = arch.blocks[0][0].planes * m.backbone.expansion();
+            let mut ch = arch.aspp_out + arch.low_level;
+            let fuse = (0..2)
+                .map(|k| {
+                    on(&format!("decoder.fuse.{k}")).then(|| {
+                        let f = Conv3x3::new([ch, 256], 1, sep, device);
+                        ch = 256;
+                        f
+                    })
+                })
+                .collect();
+            Decoder {
+                project: on("decoder.project")
+                    .then(|| ConvBnRelu::new(conv([low_in, 48], 1, 1, 1, 1), device)),
+                fuse,
+            }
+        });
+        let classifier = Conv2dConfig::new([arch.decoder_out, m.classes], [1, 1]).init(device);
+        DeepLabV3Plus {
+            backbone,
+            aspp,
+            attention,
+            aux_head,
+            decoder,
+            classifier,
+            arch,
+        }
+    }
+
+    /// The forward pass. `observe` is called with each stage id once its output exists (and with
+    /// `aux_head` after the auxiliary head), so that a caller can read memory there.
+    pub fn forward(&self, x: Tensor<B, 4>, observe: &mut dyn FnMut(&str)) -> Output<B> {
+        let arch = &self.arch;
+        let [_, _, h, w] = x.dims();
+        let mut stage = 0usize;
+        // Marks the end of a stage; true when the forward pass must stop here.
+        let mut done = |id: &str, observe: &mut dyn FnMut(&str)| {
+            debug_assert_eq!(arch.stages[stage].id, id);
+            observe(id);
+            let stop = arch.truncate == Some(stage);
+            stage += 1;
+            stop
+        };
+
+        // Stem: [B, 3, H, W] -> [B, 64, H/4, W/4]
+        let bb = &self.backbone;
+        let mut x = bb
+            .maxpool
+            .forward(relu(bb.bn1.forward(bb.conv1.forward(x))));
+        if done("backbone.stem", observe) {
+            return Output::truncated(x, None);
+        }
+        let mut low = None;
+        let mut aux = None;
+        for (i, layer) in bb.layers.iter().enumerate() {
+            for (k, block) in layer.iter().enumerate() {
+                if let Some(block) = block {
+                    x = block.forward(x);
+                }
+                let id = format!("backbone.{}.{k}", LAYERS[i]);
+                let last = k + 1 == layer.len();
+                if i == 2 && last {
+                    if let Some(head) = &self.aux_head {
+                        if arch.aux_runs() {
+                            aux = Some(head.forward(x.clone()));
+                        }
+                    }
+                }
+                if done(&id, observe) {
+                    return Output::truncated(x, aux.map(|a| resize(a, [h, w])));
+                }
+                if aux.is_some() && i == 2 && last {
+                    observe("aux_head");
+                }
+                if i == 0 && last {
+                    low = Some(x.clone());
+                }
+            }
+        }
+        // x: [B, 512·e, H/OS, W/OS]
+        if let Some(aspp) = &self.aspp {
+            x = aspp.forward(x);
+        }
+        if done("aspp", observe) {
+            return Output::truncated(x, aux.map(|a| resize(a, [h, w])));
+        }
+        if arch.config.attention_heads > 0 {
+            if let Some(att) = &self.attention {
+                x = att.forward(x);
+            }
+            if done("attention", observe) {
+                return Output::truncated(x, aux.map(|a| resize(a, [h, w])));
+            }
+        }
+        // Decoder: [B, C, H/OS, W/OS] + layer1 [B, 64·e, H/4, W/4] -> [B, 256, H/4, W/4]
+        if let Some(decoder) = &self.decoder {
+            x = decoder.forward(x, low.expect("layer1 ran"));
+        }
+        let [_, _, lh, lw] = arch.stages.last().expect("classifier stage").shape;
+        if done("decoder", observe) {
+            return Output::truncated(x, aux.map(|a| resize(a, [lh, lw])));
+        }
+        // Classifier: 1×1 conv to classes, then bilinear to the loss resolution.
+        let logits = resize(self.classifier.forward(x), [lh, lw]);
+        done("classifier", observe);
+        Output {
+            head: Head::Logits(logits),
+            aux: aux.map(|a| resize(a, [lh, lw])),
+        }
+    }
+}
+
+impl<B: Backend> Output<B> {
+    fn truncated(x: Tensor<B, 4>, aux: Option<Tensor<B, 4>>) -> Self {
+        Output {
+            head: Head::Truncated(x),
+            aux,
+        }
+    }
+}
+
+/// Counts trainable parameters, as torch's `sum(p.numel() for p in m.parameters() if p.requires_grad)`.
+/// burn's `num_params` also counts BatchNorm's running statistics, which torch keeps as buffers.
+pub fn trainable_params<B: burn::tensor::backend::AutodiffBackend, M: Module<B>>(m: &M) -> usize {
+    struct Count(usize);
+    impl<B: Backend> burn::module::ModuleVisitor<B> for Count {
+        fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<Tensor<B, D>>) {
+            if param.is_require_grad() {
+                self.0 += param.shape().num_elements();
+            }
+        }
+    }
+    let mut c = Count(0);
+    m.visit(&mut c);
+    c.0
+}

@@ -1,0 +1,197 @@
+//! One real training step: forward, pixel-wise cross-entropy (plus the auxiliary loss), backward, and
+//! an SGD-momentum or AdamW update, cut short according to the phase. Each step reads back one value
+//! that depends on all of it, so a step that silently did not happen cannot pass as one that did.
+
+use crate::arch::Architecture;
+use crate::config::{Config, Optimizer, Phase};
+use crate::model::{DeepLabV3Plus, Head};
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::decay::WeightDecayConfig;
+use burn::optim::momentum::MomentumConfig;
+use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer as _, Sgd, SgdConfig};
+use burn::prelude::*;
+use burn::tensor::activation::log_softmax;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::Distribution;
+
+/// Weight of the auxiliary loss, as in torchvision's segmentation reference.
+pub const AUX_WEIGHT: f32 = 0.5;
+
+/// Mean pixel-wise cross-entropy of logits `[B, K, H, W]` against labels `[B, H, W]`.
+pub fn cross_entropy<B: Backend>(logits: Tensor<B, 4>, labels: Tensor<B, 3, Int>) -> Tensor<B, 1> {
+    let [b, _, h, w] = logits.dims();
+    let logp = log_softmax(logits, 1);
+    let picked = logp.gather(1, labels.reshape([b, 1, h, w]));
+    picked.mean().neg()
+}
+
+/// Nearest-neighbour downsampling of labels to `[h, w]` (the quarter-resolution loss).
+fn labels_at<B: Backend>(labels: Tensor<B, 3, Int>, size: [usize; 2]) -> Tensor<B, 3, Int> {
+    let [b, h, w] = labels.dims();
+    if [h, w] == size {
+        return labels;
+    }
+    let (sh, sw) = (h / size[0], w / size[1]);
+    // Take the top-left pixel of each sh×sw cell.
+    labels
+        .reshape([b, size[0], sh, size[1], sw])
+        .slice([0..b, 0..size[0], 0..1, 0..size[1], 0..1])
+        .reshape([b, size[0], size[1]])
+}
+
+enum Optim<B: AutodiffBackend> {
+    Sgd(OptimizerAdaptor<Sgd<B::InnerBackend>, DeepLabV3Plus<B>, B>),
+    AdamW(OptimizerAdaptor<AdamW, DeepLabV3Plus<B>, B>),
+}
+
+/// The points of a step at which the caller may read memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Point<'a> {
+    /// A forward stage ended (its id).
+    Stage(&'a str),
+    /// The loss exists.
+    Loss,
+    /// Gradients exist.
+    Backward,
+    /// Parameters were updated.
+    Optimizer,
+}
+
+/// What one step produced, read back from the device.
+#[derive(Debug, Clone, Copy)]
+pub struct StepResult {
+    pub loss: f32,
+    /// A value that depends on the whole step: loss, plus the sum of the first convolution's gradient
+    /// (backward) or updated weights (step). Finite iff every part of the step produced numbers.
+    pub check: f64,
+}
+
+/// A model, its optimizer and a fixed random batch, ready to run steps.
+pub struct Trainer<B: AutodiffBackend> {
+    model: Option<DeepLabV3Plus<B>>,
+    optim: Optim<B>,
+    images: Tensor<B, 4>,
+    labels: Tensor<B, 3, Int>,
+    phase: Phase,
+    lr: f64,
+}
+
+impl<B: AutodiffBackend> Trainer<B> {
+    /// Builds the model on `device` and a random batch of the configured size.
+    pub fn new(config: &Config, device: &B::Device) -> Result<Self, crate::ConfigError> {
+        let arch = Architecture::new(config)?;
+        let [h, w] = config.data.size;
+        let b = config.data.batch;
+        let model = DeepLabV3Plus::new(arch, device);
+        let t = &config.train;
+        let optim = match t.optimizer {
+            Optimizer::Sgd => Optim::Sgd(
+                SgdConfig::new()
+                    .with_momentum(Some(
+                        MomentumConfig::new()
+                            .with_momentum(t.momentum)
+                            .with_dampening(0.0),
+                    ))
+                    .with_weight_decay(
+                        (t.weight_decay > 0.0)
+                            .then(|| WeightDecayConfig::new(t.weight_decay as f32)),
+                    )
+                    .init(),
+            ),
+            Optimizer::Adamw => Optim::AdamW(
+                AdamWConfig::new()
+                    .with_weight_decay(t.weight_decay as f32)
+                    .init(),
+            ),
+        };
+        let images = Tensor::random([b, 3, h, w], Distribution::Normal(0.0, 1.0), device);
+        let labels = Tensor::<B, 3, Int>::random(
+            [b, h, w],
+            Distribution::Uniform(0.0, config.model.classes as f64),
+            device,
+        );
+        Ok(Trainer {
+            model: Some(model),
+            optim,
+            images,
+            labels,
+            phase: t.phase,
+            lr: t.learning_rate,
+        })
+    }
+
+    pub fn model(&self) -> &DeepLabV3Plus<B> {
+        self.model.as_ref().expect("model present between steps")
+    }
+
+    /// One training step, cut short by the phase. `at` is called at every measuring point.
+    pub fn step(&mut self, at: &mut dyn FnMut(Point<'_>)) -> StepResult {
+        let model = self.model.take().expect("model present between steps");
+        let out = model.forward(self.images.clone(), &mut |id| at(Point::Stage(id)));
+        let mut loss = match out.head {
+            Head::Logits(logits) => {
+                let [_, _, h, w] = logits.dims();
+                cross_entropy(logits, labels_at(self.labels.clone(), [h, w]))
+            }
+            // A truncated model has no logits: the loss is the mean square of the stage's output,
+            // which makes backward run through exactly the stages that ran.
+            Head::Truncated(x) => x.powi_scalar(2).mean(),
+        };
+        if let Some(aux) = out.aux {
+            let [_, _, h, w] = aux.dims();
+            loss = loss
+                + cross_entropy(aux, labels_at(self.labels.clone(), [h, w])).mul_scalar(AUX_WEIGHT);
+        }
+        at(Point::Loss);
+        let result = match self.phase {
+            Phase::Forward => {
+                let loss = read_scalar(loss.clone());
+                self.model = Some(model);
+                StepResult {
+                    loss: loss as f32,
+                    check: loss,
+                }
+            }
+            Phase::Backward | Phase::Step => {
+                let grads = loss.backward();
+                at(Point::Backward);
+                let loss_value = loss.clone().detach();
+                if self.phase == Phase::Backward {
+                    let g = model
+                        .backbone
+                        .conv1
+                        .weight
+                        .val()
+                        .grad(&grads)
+                        .map(|g| read_scalar(g.sum()))
+                        .unwrap_or(f64::NAN);
+                    let loss = read_scalar(loss_value.inner());
+                    self.model = Some(model);
+                    StepResult {
+                        loss: loss as f32,
+                        check: loss + g,
+                    }
+                } else {
+                    let grads = GradientsParams::from_grads(grads, &model);
+                    let model = match &mut self.optim {
+                        Optim::Sgd(o) => o.step(self.lr, model, grads),
+                        Optim::AdamW(o) => o.step(self.lr, model, grads),
+                    };
+                    at(Point::Optimizer);
+                    let w = read_scalar(model.backbone.conv1.weight.val().inner().sum());
+                    let loss = read_scalar(loss_value.inner());
+                    self.model = Some(model);
+                    StepResult {
+                        loss: loss as f32,
+                        check: loss + w,
+                    }
+                }
+            }
+        };
+        result
+    }
+}
+
+fn read_scalar<B: Backend>(t: Tensor<B, 1>) -> f64 {
+    t.into_scalar().elem::<f64>()
+}

@@ -1,0 +1,458 @@
+//! The whole diagnosis: the original configuration, each monotone axis, the fixes a user would try,
+//! the modules that carry the memory (ddmin), and the 1-minimal failing configuration; or, when the
+//! original fits, its headroom and capacity.
+
+use crate::bisect::{bisect_axis, AxisSearch, AxisVerdict};
+use crate::ddmin::ddmin;
+use crate::session::{Session, TrialRecord};
+use crate::{Axis, Candidate, Event, Measurement, Oracle, Outcome, Purpose};
+use serde::{Deserialize, Serialize};
+
+/// A single change a user would try to make a failing configuration fit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Fix {
+    /// What a user would read: `output stride 16`, `bf16`.
+    pub change: String,
+    /// The overrides that make it.
+    pub sets: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FixResult {
+    pub change: String,
+    pub candidate: Candidate,
+    pub measurement: Measurement,
+}
+
+/// A group of module ids swapped for identity together; one item of ddmin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModuleItem {
+    pub label: String,
+    pub ids: Vec<String>,
+}
+
+/// The modules ddmin works over.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Modules {
+    /// The config key of the identity list (`model.identity`).
+    pub key: String,
+    /// Ids the original configuration already swaps.
+    pub fixed: Vec<String>,
+    pub items: Vec<ModuleItem>,
+}
+
+impl Modules {
+    /// The candidate with `swapped` (and the fixed ids) swapped for identity, on top of `base`.
+    pub fn candidate(&self, base: &Candidate, swapped: &[ModuleItem]) -> Candidate {
+        let mut ids: Vec<String> = self.fixed.clone();
+        ids.extend(swapped.iter().flat_map(|m| m.ids.iter().cloned()));
+        ids.sort();
+        ids.dedup();
+        let mut c = base.clone();
+        let mut fixed = self.fixed.clone();
+        fixed.sort();
+        if ids == fixed {
+            c.sets.remove(&self.key);
+        } else {
+            let list: Vec<String> = ids.iter().map(|i| format!("\"{i}\"")).collect();
+            c.sets
+                .insert(self.key.clone(), format!("[{}]", list.join(", ")));
+        }
+        c
+    }
+}
+
+/// Everything the search may vary, built by the caller from the configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Space {
+    /// Monotone axes, values up to the original's.
+    pub axes: Vec<Axis>,
+    /// Axes searched upward when the original fits: `original` is the configured value's index.
+    pub capacity: Vec<Axis>,
+    pub fixes: Vec<Fix>,
+    pub modules: Modules,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SearchOptions {
+    pub ceiling: u64,
+    /// Re-run both sides of every boundary before reporting it.
+    pub confirm: bool,
+    /// Probe where measured peaks predict the boundary before bisecting.
+    pub predict: bool,
+    pub max_trials: Option<usize>,
+    /// Which steps run.
+    pub fixes: bool,
+    pub modules: bool,
+    pub minimise: bool,
+}
+
+impl Default for SearchOptions {
+    fn default() -> Self {
+        SearchOptions {
+            ceiling: 0,
+            confirm: true,
+            predict: true,
+            max_trials: None,
+            fixes: true,
+            modules: true,
+            minimise: true,
+        }
+    }
+}
+
+/// Which modules carry the memory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ModulesVerdict {
+    /// Swapping exactly these modules for identity makes the original fit; swapping any one fewer
+    /// does not (when `one_minimal`).
+    Culprits {
+        items: Vec<String>,
+        candidate: Candidate,
+        measurement: Measurement,
+        one_minimal: bool,
+    },
+    /// Even with every swappable module swapped the configuration runs out of memory.
+    NoSetFits {
+        message: String,
+    },
+    Inconclusive {
+        message: String,
+    },
+}
+
+/// The smallest configuration that still runs out of memory, and its passing neighbours.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Minimal {
+    pub candidate: Candidate,
+    pub measurement: Measurement,
+    /// One step lower on each axis, and one more module swapped: each should fit.
+    pub neighbours: Vec<Neighbour>,
+    /// Every neighbour was measured and fits.
+    pub one_minimal: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Neighbour {
+    pub change: String,
+    pub candidate: Candidate,
+    pub measurement: Measurement,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Diagnosis {
+    pub ceiling_bytes: u64,
+    pub original: Measurement,
+    pub axes: Vec<AxisSearch>,
+    pub capacity: Vec<AxisSearch>,
+    pub fixes: Vec<FixResult>,
+    pub modules: Option<ModulesVerdict>,
+    pub minimal_failing: Option<Minimal>,
+    pub trials: Vec<TrialRecord>,
+    pub budget_exhausted: bool,
+}
+
+/// Runs the whole diagnosis against `oracle`, telling `events` as it goes.
+pub fn diagnose(
+    oracle: &mut dyn Oracle,
+    events: &mut dyn FnMut(&Event),
+    space: &Space,
+    opts: &SearchOptions,
+) -> Diagnosis {
+    let mut s = Session::new(oracle, events, opts.max_trials);
+    let original = s.measure(&Candidate::original(), Purpose::Original);
+    let mut d = Diagnosis {
+        ceiling_bytes: opts.ceiling,
+        original: original.clone(),
+        axes: vec![],
+        capacity: vec![],
+        fixes: vec![],
+        modules: None,
+        minimal_failing: None,
+        trials: vec![],
+        budget_exhausted: false,
+    };
+    match original.outcome {
+        Outcome::Inconclusive => {}
+        Outcome::Fits => {
+            for axis in &space.capacity {
+                s.event(Event::Step {
+                    name: format!("capacity {}", axis.name),
+                });
+                let last = axis.values.len() - 1;
+                if last > axis.original {
+                    d.capacity.push(bisect_axis(
+                        &mut s,
+                        axis,
+                        &Candidate::original(),
+                        axis.original,
+                        last,
+                        opts.ceiling,
+                        opts.predict,
+                        opts.confirm,
+                    ));
+                }
+            }
+        }
+        Outcome::Oom => {
+            for axis in &space.axes {
+                if axis.original == 0 {
+                    continue;
+                }
+                s.event(Event::Step {
+                    name: format!("axis {}", axis.name),
+                });
+                d.axes.push(bisect_axis(
+                    &mut s,
+                    axis,
+                    &Candidate::original(),
+                    0,
+                    axis.original,
+                    opts.ceiling,
+                    opts.predict,
+                    opts.confirm,
+                ));
+            }
+            if opts.fixes {
+                s.event(Event::Step {
+                    name: "fixes".into(),
+                });
+                d.fixes = fixes(&mut s, space, &d.axes);
+            }
+            if opts.modules && !space.modules.items.is_empty() {
+                s.event(Event::Step {
+                    name: "modules".into(),
+                });
+                d.modules = Some(culprits(&mut s, &space.modules));
+            }
+            if opts.minimise {
+                s.event(Event::Step {
+                    name: "minimal failing".into(),
+                });
+                d.minimal_failing = Some(minimise(&mut s, space, opts));
+            }
+        }
+    }
+    d.budget_exhausted = s.budget_exhausted;
+    d.trials = std::mem::take(&mut s.trials);
+    d
+}
+
+/// Each fix on its own, plus the largest batch and input size that fit (from the axes: no new trials).
+fn fixes(s: &mut Session<'_>, space: &Space, axes: &[AxisSearch]) -> Vec<FixResult> {
+    let mut out = vec![];
+    for fix in &space.fixes {
+        let mut c = Candidate::original();
+        for (k, v) in &fix.sets {
+            c = c.with(k, v);
+        }
+        let m = s.measure(
+            &c,
+            Purpose::Fix {
+                change: fix.change.clone(),
+            },
+        );
+        out.push(FixResult {
+            change: fix.change.clone(),
+            candidate: c,
+            measurement: m,
+        });
+    }
+    for a in axes {
+        if let AxisVerdict::Boundary { last_fit, .. } = &a.verdict {
+            if a.axis == "batch" || a.axis == "size" {
+                let what = if a.axis == "batch" {
+                    "batch"
+                } else {
+                    "input size"
+                };
+                out.push(FixResult {
+                    change: format!("largest {what} that fits: {}", last_fit.label),
+                    candidate: last_fit.candidate.clone(),
+                    measurement: last_fit.measurement.clone(),
+                });
+            }
+        }
+    }
+    out
+}
+
+fn as_bool(m: &Measurement, want: Outcome) -> Option<bool> {
+    match m.outcome {
+        Outcome::Inconclusive => None,
+        o => Some(o == want),
+    }
+}
+
+/// ddmin for the smallest set of modules whose swap makes the original fit.
+fn culprits(s: &mut Session<'_>, modules: &Modules) -> ModulesVerdict {
+    let base = Candidate::original();
+    let all = modules.candidate(&base, &modules.items);
+    let m = s.measure(&all, Purpose::Modules);
+    match m.outcome {
+        Outcome::Oom => {
+            return ModulesVerdict::NoSetFits {
+                message: format!(
+                    "even with every swappable module swapped for identity ({}), it runs out of memory: \
+                     the memory is in what cannot be swapped (stem, first blocks, projections, classifier, loss) \
+                     or in the sizes",
+                    modules.items.iter().map(|i| i.label.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            }
+        }
+        Outcome::Inconclusive => {
+            return ModulesVerdict::Inconclusive {
+                message: format!("swapping every module could not be measured: {}", m.note),
+            }
+        }
+        Outcome::Fits => {}
+    }
+    let r = ddmin(&modules.items, &mut |subset| {
+        let c = modules.candidate(&base, subset);
+        as_bool(&s.measure(&c, Purpose::Modules), Outcome::Fits)
+    });
+    let candidate = modules.candidate(&base, &r.items);
+    let measurement = s.measure(&candidate, Purpose::Modules);
+    ModulesVerdict::Culprits {
+        items: r.items.iter().map(|i| i.label.clone()).collect(),
+        candidate,
+        measurement,
+        one_minimal: r.one_minimal,
+    }
+}
+
+/// Index of the candidate's value on an axis.
+fn index_on(axis: &Axis, c: &Candidate) -> usize {
+    match c.get(&axis.key) {
+        None => axis.original,
+        Some(v) => axis
+            .values
+            .iter()
+            .position(|x| x.value == v)
+            .unwrap_or(axis.original),
+    }
+}
+
+/// Shrinks every axis and swaps out as many modules as possible while the configuration still runs
+/// out of memory, to a fixpoint.
+fn minimise(s: &mut Session<'_>, space: &Space, opts: &SearchOptions) -> Minimal {
+    let mut cur = Candidate::original();
+    let mut kept: Vec<ModuleItem> = space.modules.items.clone();
+    let mut modules_minimal = true;
+    for _round in 0..4 {
+        let mut changed = false;
+        for axis in &space.axes {
+            let i = index_on(axis, &cur);
+            if i == 0 {
+                continue;
+            }
+            let r = bisect_axis(s, axis, &cur, 0, i, opts.ceiling, opts.predict, false);
+            let first_oom = match r.verdict {
+                AxisVerdict::Boundary { first_oom, .. } => Some(first_oom.index),
+                AxisVerdict::NotTheCause { lowest, .. } => Some(lowest.index),
+                _ => None,
+            };
+            if let Some(f) = first_oom {
+                if f < i {
+                    cur = axis.at(&cur, f);
+                    changed = true;
+                }
+            }
+        }
+        if opts.modules && !kept.is_empty() {
+            // ddmin over the modules still present: the smallest set that must stay for it to fail.
+            let swapped_now: Vec<ModuleItem> = space
+                .modules
+                .items
+                .iter()
+                .filter(|m| !kept.contains(m))
+                .cloned()
+                .collect();
+            let base = cur.clone();
+            let r = ddmin(&kept, &mut |keep| {
+                let mut swap = swapped_now.clone();
+                swap.extend(kept.iter().filter(|m| !keep.contains(m)).cloned());
+                let c = space.modules.candidate(&base, &swap);
+                as_bool(&s.measure(&c, Purpose::Minimise), Outcome::Oom)
+            });
+            modules_minimal = r.one_minimal;
+            // The empty set (every module swapped) may fail too: then nothing needs to stay.
+            let mut swap_all = swapped_now.clone();
+            swap_all.extend(kept.iter().cloned());
+            let none_kept = as_bool(
+                &s.measure(
+                    &space.modules.candidate(&base, &swap_all),
+                    Purpose::Minimise,
+                ),
+                Outcome::Oom,
+            ) == Some(true);
+            let new_kept = if none_kept { vec![] } else { r.items };
+            if new_kept.len() < kept.len() {
+                kept = new_kept;
+                let swap: Vec<ModuleItem> = space
+                    .modules
+                    .items
+                    .iter()
+                    .filter(|m| !kept.contains(m))
+                    .cloned()
+                    .collect();
+                cur = space.modules.candidate(&cur, &swap);
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let measurement = s.measure(&cur, Purpose::Minimise);
+    // The passing neighbours: one step lower on each axis, one more module swapped.
+    let mut neighbours = vec![];
+    for axis in &space.axes {
+        let i = index_on(axis, &cur);
+        if i == 0 {
+            continue;
+        }
+        let c = axis.at(&cur, i - 1);
+        let m = s.measure(&c, Purpose::Minimise);
+        neighbours.push(Neighbour {
+            change: format!(
+                "{} {} → {}",
+                axis.name,
+                axis.values[i].label,
+                axis.values[i - 1].label
+            ),
+            candidate: c,
+            measurement: m,
+        });
+    }
+    if opts.modules {
+        for item in &kept {
+            let swap: Vec<ModuleItem> = space
+                .modules
+                .items
+                .iter()
+                .filter(|m| !kept.contains(m) || *m == item)
+                .cloned()
+                .collect();
+            let c = space.modules.candidate(&cur, &swap);
+            let m = s.measure(&c, Purpose::Minimise);
+            neighbours.push(Neighbour {
+                change: format!("swap {} for identity", item.label),
+                candidate: c,
+                measurement: m,
+            });
+        }
+    }
+    let one_minimal = measurement.outcome == Outcome::Oom
+        && modules_minimal
+        && neighbours
+            .iter()
+            .all(|n| n.measurement.outcome == Outcome::Fits);
+    Minimal {
+        candidate: cur,
+        measurement,
+        neighbours,
+        one_minimal,
+    }
+}

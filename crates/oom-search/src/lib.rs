@@ -1,0 +1,219 @@
+//! The pure search of oom-bisect: from one configuration and a memory ceiling, find by experiment which
+//! dimension pushes a training run over, where along each dimension the boundary lies, which modules
+//! carry the memory, and the smallest configuration that still fails.
+//!
+//! Nothing here spawns, prints or sleeps. Trials are asked of an [`Oracle`]; progress is told through
+//! [`Event`]s. A candidate is a set of `key=value` overrides of the original configuration, so the
+//! search knows nothing about models or backends.
+
+mod bisect;
+mod ddmin;
+mod driver;
+mod model;
+mod session;
+
+pub use bisect::{bisect_axis, AxisSearch, AxisVerdict, Probe};
+pub use ddmin::{ddmin, Reduced};
+pub use driver::{
+    diagnose, Diagnosis, Fix, FixResult, Minimal, ModuleItem, Modules, ModulesVerdict, Neighbour,
+    SearchOptions, Space,
+};
+pub use model::predict_boundary;
+pub use session::{Session, TrialRecord};
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// The three outcomes of a trial. An infrastructure failure is `Inconclusive`, never a guess.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Fits,
+    Oom,
+    Inconclusive,
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Outcome::Fits => "fits",
+            Outcome::Oom => "oom",
+            Outcome::Inconclusive => "inconclusive",
+        })
+    }
+}
+
+/// What a trial measured, as the search needs it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Measurement {
+    pub outcome: Outcome,
+    /// Peak device memory of the trial, when it ran far enough to have one.
+    pub peak_bytes: Option<u64>,
+    /// Memory held before the first forward pass (parameters, buffers, context): the part of the peak
+    /// that does not scale with batch or input size. Used to predict boundaries.
+    pub base_bytes: Option<u64>,
+    /// Why the trial was inconclusive, or where it ran out of memory; free text for the report.
+    pub note: String,
+}
+
+impl Measurement {
+    pub fn new(outcome: Outcome) -> Self {
+        Measurement {
+            outcome,
+            peak_bytes: None,
+            base_bytes: None,
+            note: String::new(),
+        }
+    }
+}
+
+/// A configuration to try: overrides of the original, `key → TOML value`. Empty is the original.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Candidate {
+    pub sets: BTreeMap<String, String>,
+}
+
+impl Candidate {
+    pub fn original() -> Self {
+        Candidate::default()
+    }
+
+    /// This candidate with one more override (replacing any earlier value of the key).
+    pub fn with(&self, key: &str, value: &str) -> Candidate {
+        let mut c = self.clone();
+        c.sets.insert(key.to_string(), value.to_string());
+        c
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.sets.get(key).map(String::as_str)
+    }
+
+    /// `key=value` strings, as `--set` takes them.
+    pub fn to_sets(&self) -> Vec<String> {
+        self.sets.iter().map(|(k, v)| format!("{k}={v}")).collect()
+    }
+}
+
+impl fmt::Display for Candidate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.sets.is_empty() {
+            return f.write_str("original");
+        }
+        f.write_str(&self.to_sets().join(" "))
+    }
+}
+
+/// One value along an axis.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AxisValue {
+    /// The TOML value set for the axis key, e.g. `4` or `[512, 512]` or `"backbone.layer3.5"`.
+    pub value: String,
+    /// How the value is shown: `4`, `512×512`, `layer3.5`.
+    pub label: String,
+    /// The quantity memory scales with (batch, pixels), for boundary prediction; `None` where no
+    /// simple law holds (depth, phase, output stride).
+    pub x: Option<f64>,
+}
+
+/// A monotone axis: memory grows with the index of the value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Axis {
+    /// `batch`, `size`, `stride`, `depth`, `phase`.
+    pub name: String,
+    /// The config key the values are set on.
+    pub key: String,
+    /// Values in order of growing memory.
+    pub values: Vec<AxisValue>,
+    /// Index of the original configuration's value.
+    pub original: usize,
+}
+
+impl Axis {
+    /// The candidate that sets this axis to `values[i]` on top of `base`. The original value of the
+    /// axis is written as no override, so that the cache sees one candidate, not two.
+    pub fn at(&self, base: &Candidate, i: usize) -> Candidate {
+        if i == self.original {
+            let mut c = base.clone();
+            c.sets.remove(&self.key);
+            c
+        } else {
+            base.with(&self.key, &self.values[i].value)
+        }
+    }
+
+    /// Number of trials plain bisection needs between two checked ends: ceil(log2(n)) + 2 (the ends).
+    pub fn plain_bisection_trials(&self) -> usize {
+        let n = self.original + 1;
+        let mut log = 0;
+        while (1usize << log) < n {
+            log += 1;
+        }
+        log + 2
+    }
+}
+
+/// The one seam to the world: runs a candidate and says what happened.
+///
+/// `attempt` is 0 for a first run, 1 and up for deliberate re-runs (a retry after an inconclusive
+/// result, a confirmation of a boundary); a journal keys results on it so a resumed search replays the
+/// same sequence.
+pub trait Oracle {
+    fn run(&mut self, candidate: &Candidate, attempt: u32) -> Measurement;
+}
+
+/// Why a trial was asked for; shown by the progress display.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Purpose {
+    Original,
+    /// Searching an axis; the interval of indices still open.
+    Axis {
+        axis: String,
+        lo: String,
+        hi: String,
+    },
+    Confirm {
+        axis: String,
+    },
+    Capacity {
+        axis: String,
+    },
+    Fix {
+        change: String,
+    },
+    Modules,
+    Minimise,
+}
+
+impl fmt::Display for Purpose {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Purpose::Original => f.write_str("original"),
+            Purpose::Axis { axis, lo, hi } => write!(f, "{axis} in ({lo}, {hi}]"),
+            Purpose::Confirm { axis } => write!(f, "{axis}: confirm boundary"),
+            Purpose::Capacity { axis } => write!(f, "{axis}: capacity"),
+            Purpose::Fix { change } => write!(f, "fix: {change}"),
+            Purpose::Modules => f.write_str("modules (ddmin)"),
+            Purpose::Minimise => f.write_str("minimal failing configuration"),
+        }
+    }
+}
+
+/// What the search tells the display. Only the reporter draws.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    TrialStarted {
+        candidate: Candidate,
+        purpose: Purpose,
+        attempt: u32,
+    },
+    TrialFinished {
+        candidate: Candidate,
+        purpose: Purpose,
+        attempt: u32,
+        measurement: Measurement,
+    },
+    /// A step of the diagnosis begins: `axis batch`, `fixes`, `modules`, `minimal failing`.
+    Step { name: String },
+}

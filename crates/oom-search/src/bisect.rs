@@ -224,8 +224,10 @@ pub fn bisect_axis(
                     if sub.iter().any(|x| x.is_nan()) {
                         None
                     } else {
+                        // The predicted last fitting value, kept inside the open interval: a
+                        // prediction at or below `lo` says `lo + 1` is the first to fail.
                         predict_boundary(&fit_points, base_bytes, ceiling as f64, &sub)
-                            .map(|i| lo + i)
+                            .map(|i| (lo + i).clamp(lo + 1, hi - 1))
                     }
                 }
             };

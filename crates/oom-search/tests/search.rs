@@ -1,0 +1,379 @@
+//! The search against fake oracles: every monotone sequence up to length 12 with inconclusive results
+//! injected everywhere, ddmin on non-monotone module effects, and the 1-minimal failing configuration.
+
+use oom_search::*;
+use std::collections::{BTreeSet, HashMap};
+
+fn axis(name: &str, key: &str, n: usize) -> Axis {
+    Axis {
+        name: name.into(),
+        key: key.into(),
+        values: (1..=n)
+            .map(|v| AxisValue {
+                value: v.to_string(),
+                label: v.to_string(),
+                x: Some(v as f64),
+            })
+            .collect(),
+        original: n - 1,
+    }
+}
+
+/// An oracle over one axis: index `i` fits iff `i < boundary`; `flaky` indices are inconclusive on
+/// their first `flaky_runs` attempts.
+struct Line {
+    key: String,
+    n: usize,
+    boundary: usize,
+    flaky: HashMap<usize, u32>,
+    runs: usize,
+}
+
+impl Oracle for Line {
+    fn run(&mut self, c: &Candidate, attempt: u32) -> Measurement {
+        self.runs += 1;
+        let i = c
+            .get(&self.key)
+            .map(|v| v.parse::<usize>().unwrap() - 1)
+            .unwrap_or(self.n - 1);
+        if self.flaky.get(&i).is_some_and(|k| attempt < *k) {
+            let mut m = Measurement::new(Outcome::Inconclusive);
+            m.note = "injected".into();
+            return m;
+        }
+        let mut m = Measurement::new(if i < self.boundary { Outcome::Fits } else { Outcome::Oom });
+        if m.outcome == Outcome::Fits {
+            m.peak_bytes = Some(100 + 10 * (i as u64 + 1));
+            m.base_bytes = Some(100);
+        }
+        m
+    }
+}
+
+fn search(n: usize, boundary: usize, flaky: HashMap<usize, u32>, predict: bool, confirm: bool) -> AxisSearch {
+    let a = axis("batch", "data.batch", n);
+    let mut o = Line {
+        key: a.key.clone(),
+        n,
+        boundary,
+        flaky,
+        runs: 0,
+    };
+    let mut ev = |_: &Event| {};
+    let mut s = Session::new(&mut o, &mut ev, None);
+    // Ceiling between the peaks of boundary-1 and boundary: the prediction is informed.
+    let ceiling = 100 + 10 * boundary as u64 + 5;
+    // The diagnosis measures the original first; an axis search finds it cached.
+    s.measure(&Candidate::original(), Purpose::Original);
+    bisect_axis(&mut s, &a, &Candidate::original(), 0, n - 1, ceiling, predict, confirm)
+}
+
+fn check(n: usize, boundary: usize, r: &AxisSearch, inconclusive_allowed: bool) {
+    match &r.verdict {
+        AxisVerdict::Boundary { last_fit, first_oom, .. } => {
+            assert_eq!(first_oom.index, boundary, "n={n} b={boundary} {r:?}");
+            assert_eq!(last_fit.index + 1, boundary);
+        }
+        AxisVerdict::NotTheCause { .. } => assert_eq!(boundary, 0),
+        AxisVerdict::AllFit { .. } => assert_eq!(boundary, n),
+        AxisVerdict::Inconclusive { lo, hi, .. } => {
+            assert!(inconclusive_allowed, "n={n} b={boundary}: {r:?}");
+            // The true boundary must lie inside what is reported.
+            if let Some(lo) = lo {
+                assert!(lo.index < boundary);
+            }
+            if let Some(hi) = hi {
+                assert!(hi.index >= boundary);
+            }
+        }
+        AxisVerdict::Unstable { .. } => panic!("a deterministic oracle is stable: {r:?}"),
+    }
+}
+
+#[test]
+fn every_monotone_sequence_up_to_12() {
+    for n in 1..=12 {
+        for boundary in 0..=n {
+            for predict in [false, true] {
+                let r = search(n, boundary, HashMap::new(), predict, true);
+                check(n, boundary, &r, false);
+            }
+        }
+    }
+}
+
+#[test]
+fn persistent_inconclusive_at_every_position() {
+    for n in 1..=12 {
+        for boundary in 0..=n {
+            for bad in 0..n {
+                for predict in [false, true] {
+                    let r = search(n, boundary, HashMap::from([(bad, u32::MAX)]), predict, true);
+                    // Only an unmeasurable value at the boundary or at an end may leave it open.
+                    let decisive = bad == boundary || bad + 1 == boundary || bad == 0 || bad == n - 1;
+                    check(n, boundary, &r, decisive);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn transient_inconclusive_is_retried_once() {
+    for n in 1..=12 {
+        for boundary in 0..=n {
+            for bad in 0..n {
+                let r = search(n, boundary, HashMap::from([(bad, 1)]), true, true);
+                check(n, boundary, &r, false);
+            }
+        }
+    }
+}
+
+#[test]
+fn two_inconclusive_values_anywhere() {
+    for n in 3..=10 {
+        for boundary in 1..n {
+            for a in 0..n {
+                for b in a + 1..n {
+                    let r = search(n, boundary, HashMap::from([(a, u32::MAX), (b, u32::MAX)]), false, false);
+                    check(n, boundary, &r, true);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn prediction_beats_plain_bisection_on_affine_memory() {
+    // Memory affine in the batch: the boundary is found with the low end plus two probes.
+    for n in [8, 12, 16, 32, 64] {
+        for boundary in 1..n {
+            let r = search(n, boundary, HashMap::new(), true, false);
+            check(n, boundary, &r, false);
+            assert!(r.trials <= 3, "n={n} b={boundary}: {} trials", r.trials);
+            let plain = search(n, boundary, HashMap::new(), false, false);
+            assert!(plain.trials <= r.plain_bisection);
+        }
+    }
+}
+
+#[test]
+fn unstable_boundary_is_reported() {
+    // The last fitting value fits on its first run and runs out of memory on its re-run.
+    struct Flip(usize);
+    impl Oracle for Flip {
+        fn run(&mut self, c: &Candidate, attempt: u32) -> Measurement {
+            let i: usize = c.get("data.batch").map(|v| v.parse().unwrap()).unwrap_or(8);
+            let fits = i < self.0 || (i == self.0 && attempt == 0);
+            Measurement::new(if fits { Outcome::Fits } else { Outcome::Oom })
+        }
+    }
+    let a = axis("batch", "data.batch", 8);
+    let mut o = Flip(4);
+    let mut ev = |_: &Event| {};
+    let mut s = Session::new(&mut o, &mut ev, None);
+    let r = bisect_axis(&mut s, &a, &Candidate::original(), 0, 7, 0, false, true);
+    assert!(matches!(r.verdict, AxisVerdict::Unstable { .. }), "{r:?}");
+}
+
+/// A fake workload: memory is a sum of per-axis and per-module terms, with one module whose swap adds
+/// memory (non-monotone), and the ceiling in between.
+struct Workload {
+    runs: usize,
+    seen: BTreeSet<(Candidate, u32)>,
+}
+
+const MODULES: [(&str, i64); 6] = [
+    ("aspp.pool", 5),
+    ("aspp.branch1", 30),
+    ("attention", 60),
+    ("decoder", -10), // swapping it adds memory
+    ("aux_head", 20),
+    ("backbone.layer3.1", 8),
+];
+
+fn peak(c: &Candidate) -> i64 {
+    let batch: i64 = c.get("data.batch").map(|v| v.parse().unwrap()).unwrap_or(8);
+    let stride: i64 = c.get("model.output_stride").map(|v| v.parse().unwrap()).unwrap_or(8);
+    let ids = c.get("model.identity").unwrap_or("[]");
+    let modules: i64 = MODULES
+        .iter()
+        .filter(|(id, _)| !ids.contains(&format!("\"{id}\"")))
+        .map(|(_, m)| *m)
+        .sum();
+    // 100 fixed, per sample: 20 at OS8, 10 at OS16, 5 at OS32, scaled by the modules present.
+    100 + batch * (160 / stride) * (100 + modules) / 100
+}
+
+const CEILING: i64 = 300;
+
+impl Oracle for Workload {
+    fn run(&mut self, c: &Candidate, attempt: u32) -> Measurement {
+        assert!(self.seen.insert((c.clone(), attempt)), "ran twice: {c} attempt {attempt}");
+        self.runs += 1;
+        let p = peak(c);
+        let mut m = Measurement::new(if p <= CEILING { Outcome::Fits } else { Outcome::Oom });
+        if p <= CEILING {
+            m.peak_bytes = Some(p as u64);
+            m.base_bytes = Some(100);
+        }
+        m
+    }
+}
+
+fn space() -> Space {
+    let batch = axis("batch", "data.batch", 8);
+    let stride = Axis {
+        name: "stride".into(),
+        key: "model.output_stride".into(),
+        values: [32, 16, 8]
+            .iter()
+            .map(|v| AxisValue {
+                value: v.to_string(),
+                label: format!("OS{v}"),
+                x: None,
+            })
+            .collect(),
+        original: 2,
+    };
+    Space {
+        axes: vec![batch, stride],
+        capacity: vec![],
+        fixes: vec![Fix {
+            change: "output stride 16".into(),
+            sets: vec![("model.output_stride".into(), "16".into())],
+        }],
+        modules: Modules {
+            key: "model.identity".into(),
+            fixed: vec![],
+            items: MODULES
+                .iter()
+                .map(|(id, _)| ModuleItem {
+                    label: id.to_string(),
+                    ids: vec![id.to_string()],
+                })
+                .collect(),
+        },
+    }
+}
+
+#[test]
+fn full_diagnosis_is_consistent_and_1_minimal() {
+    let mut o = Workload {
+        runs: 0,
+        seen: BTreeSet::new(),
+    };
+    let mut events = vec![];
+    let mut ev = |e: &Event| events.push(e.clone());
+    let opts = SearchOptions {
+        ceiling: CEILING as u64,
+        ..Default::default()
+    };
+    let d = diagnose(&mut o, &mut ev, &space(), &opts);
+    assert_eq!(d.original.outcome, Outcome::Oom);
+    // batch: 100 + 20·b·(1.13) <= 300 -> b <= 8.8/1.13: last fit 7? peak(b)=100+b*20*113/100
+    let batch = &d.axes[0];
+    let truth = (1..=8).rev().find(|b| {
+        let c = Candidate::original().with("data.batch", &b.to_string());
+        peak(&c) <= CEILING
+    });
+    match (&batch.verdict, truth) {
+        (AxisVerdict::Boundary { last_fit, confirmed, .. }, Some(t)) => {
+            assert_eq!(last_fit.label, t.to_string());
+            assert!(confirmed);
+        }
+        (v, t) => panic!("{v:?} vs {t:?}"),
+    }
+    // Culprits from ddmin: swapping them fits, swapping any one fewer does not.
+    let Some(ModulesVerdict::Culprits { items, one_minimal, .. }) = &d.modules else {
+        panic!("{:?}", d.modules)
+    };
+    assert!(*one_minimal);
+    let swap = |ids: &[&str]| {
+        let list: Vec<String> = ids.iter().map(|i| format!("\"{i}\"")).collect();
+        Candidate::original().with("model.identity", &format!("[{}]", list.join(", ")))
+    };
+    let ids: Vec<&str> = items.iter().map(String::as_str).collect();
+    assert!(peak(&swap(&ids)) <= CEILING);
+    for i in 0..ids.len() {
+        let mut fewer = ids.clone();
+        fewer.remove(i);
+        assert!(peak(&swap(&fewer)) > CEILING, "{ids:?} without {}", ids[i]);
+    }
+    // The minimal failing configuration fails, and every neighbour fits.
+    let m = d.minimal_failing.as_ref().unwrap();
+    assert!(peak(&m.candidate) > CEILING);
+    assert!(m.one_minimal, "{m:?}");
+    assert!(!m.neighbours.is_empty());
+    for n in &m.neighbours {
+        assert!(peak(&n.candidate) <= CEILING, "{}: {}", n.change, n.candidate);
+    }
+    // Fixes: measured, and the batch fix comes from the axis without a new trial.
+    assert!(d.fixes.iter().any(|f| f.change == "output stride 16"));
+    assert!(d.fixes.iter().any(|f| f.change.starts_with("largest batch that fits")));
+    assert_eq!(d.trials.len(), o.runs);
+    assert!(events.iter().any(|e| matches!(e, Event::Step { .. })));
+}
+
+#[test]
+fn trial_budget_gives_inconclusive_not_guesses() {
+    let mut o = Workload {
+        runs: 0,
+        seen: BTreeSet::new(),
+    };
+    let mut ev = |_: &Event| {};
+    let opts = SearchOptions {
+        ceiling: CEILING as u64,
+        max_trials: Some(3),
+        ..Default::default()
+    };
+    let d = diagnose(&mut o, &mut ev, &space(), &opts);
+    assert!(d.budget_exhausted);
+    assert_eq!(o.runs, 3);
+    for a in &d.axes {
+        if let AxisVerdict::Boundary { .. } = a.verdict {
+            panic!("a boundary reported without its trials: {a:?}");
+        }
+    }
+}
+
+#[test]
+fn capacity_when_the_original_fits() {
+    struct Cap;
+    impl Oracle for Cap {
+        fn run(&mut self, c: &Candidate, _: u32) -> Measurement {
+            let b: u64 = c.get("data.batch").map(|v| v.parse().unwrap()).unwrap_or(2);
+            let p = 100 + 10 * b;
+            let mut m = Measurement::new(if p <= 250 { Outcome::Fits } else { Outcome::Oom });
+            m.peak_bytes = (p <= 250).then_some(p);
+            m.base_bytes = Some(100);
+            m
+        }
+    }
+    let mut a = axis("batch", "data.batch", 64);
+    a.original = 1; // configured batch 2
+    let space = Space {
+        axes: vec![],
+        capacity: vec![a],
+        fixes: vec![],
+        modules: Modules {
+            key: "model.identity".into(),
+            fixed: vec![],
+            items: vec![],
+        },
+    };
+    let mut ev = |_: &Event| {};
+    let opts = SearchOptions {
+        ceiling: 250,
+        ..Default::default()
+    };
+    let d = diagnose(&mut Cap, &mut ev, &space, &opts);
+    assert_eq!(d.original.outcome, Outcome::Fits);
+    let AxisVerdict::Boundary { last_fit, .. } = &d.capacity[0].verdict else {
+        panic!("{:?}", d.capacity)
+    };
+    assert_eq!(last_fit.label, "15");
+    // top end + prediction + neighbour, plus two confirmations.
+    assert!(d.capacity[0].trials - d.capacity[0].confirmations <= 3, "{:?}", d.capacity[0]);
+}

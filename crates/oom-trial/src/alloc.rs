@@ -1,0 +1,156 @@
+//! The CPU backend's memory ceiling: a counting global allocator that refuses allocations past the
+//! ceiling, so that the same search runs on a machine without a GPU. The binary installs it with
+//! `#[global_allocator]`; it costs two atomic operations per allocation.
+//!
+//! A refusal returns null, and Rust then aborts the process (`handle_alloc_error`). Before returning,
+//! the allocator writes one line to stderr with `write(2)` directly: it must not allocate, and the
+//! process is about to die, so that line is what the parent classifies the trial from.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+static CURRENT: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+static LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+pub struct CountingAlloc;
+
+/// Bytes currently allocated through the counting allocator.
+pub fn in_use() -> usize {
+    CURRENT.load(Ordering::Relaxed)
+}
+
+/// Most bytes allocated at once since the process started (or [`reset_peak`]).
+pub fn peak() -> usize {
+    PEAK.load(Ordering::Relaxed)
+}
+
+pub fn reset_peak() {
+    PEAK.store(CURRENT.load(Ordering::Relaxed), Ordering::Relaxed);
+}
+
+/// Whether the counting allocator is the global allocator of this process.
+pub fn installed() -> bool {
+    let before = in_use();
+    let v: Vec<u8> = Vec::with_capacity(4096);
+    let during = in_use();
+    drop(v);
+    during >= before + 4096
+}
+
+/// Refuse allocations that would take the total past `bytes`.
+pub fn set_limit(bytes: usize) {
+    LIMIT.store(bytes, Ordering::SeqCst);
+}
+
+/// Formats `n` into `buf` without allocating; returns the digits.
+fn digits(mut n: usize, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
+}
+
+fn refuse(size: usize, current: usize, limit: usize) {
+    let mut line = [0u8; 160];
+    let mut len = 0;
+    let mut push = |bytes: &[u8]| {
+        let n = bytes.len().min(line.len() - len);
+        line[len..len + n].copy_from_slice(&bytes[..n]);
+        len += n;
+    };
+    let mut buf = [0u8; 20];
+    push(crate::classify::CPU_REFUSAL.as_bytes());
+    push(b" ");
+    push(digits(size, &mut buf));
+    push(b" bytes (in use ");
+    push(digits(current, &mut buf));
+    push(b", ceiling ");
+    push(digits(limit, &mut buf));
+    push(b")\n");
+    // SAFETY: writes `len` initialised bytes from a live stack buffer to fd 2; the result is ignored
+    // because there is nothing better to do in an allocator that is about to report failure.
+    unsafe {
+        libc::write(2, line.as_ptr().cast(), len);
+    }
+}
+
+impl CountingAlloc {
+    fn admit(&self, size: usize) -> bool {
+        let limit = LIMIT.load(Ordering::Relaxed);
+        let now = CURRENT.fetch_add(size, Ordering::Relaxed) + size;
+        if now > limit {
+            CURRENT.fetch_sub(size, Ordering::Relaxed);
+            refuse(size, now - size, limit);
+            return false;
+        }
+        PEAK.fetch_max(now, Ordering::Relaxed);
+        true
+    }
+}
+
+// SAFETY: every method forwards to `System` with the same layout, and only adds bookkeeping.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if !self.admit(layout.size()) {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract for `layout`.
+        let p = unsafe { System.alloc(layout) };
+        if p.is_null() {
+            CURRENT.fetch_sub(layout.size(), Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if !self.admit(layout.size()) {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: as for `alloc`.
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if p.is_null() {
+            CURRENT.fetch_sub(layout.size(), Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` was allocated by `System` with `layout` (through this allocator).
+        unsafe { System.dealloc(ptr, layout) };
+        CURRENT.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let old = layout.size();
+        if new_size > old && !self.admit(new_size - old) {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: the caller upholds `GlobalAlloc::realloc`'s contract.
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if p.is_null() {
+            if new_size > old {
+                CURRENT.fetch_sub(new_size - old, Ordering::Relaxed);
+            }
+        } else if new_size < old {
+            CURRENT.fetch_sub(old - new_size, Ordering::Relaxed);
+        }
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn digits_without_allocating() {
+        let mut b = [0u8; 20];
+        assert_eq!(super::digits(0, &mut b), b"0");
+        assert_eq!(super::digits(1234567890123, &mut b), b"1234567890123");
+        assert_eq!(super::digits(usize::MAX, &mut b), usize::MAX.to_string().as_bytes());
+    }
+}

@@ -1,0 +1,328 @@
+//! The child side of a trial (`oom-bisect __trial`): one config on one device under one ceiling, N real
+//! training steps, every measuring point reported as it is reached.
+//!
+//! Why a separate process: on burn-cuda 0.21 an out-of-memory is a panic on the device-runner thread,
+//! the calling thread may carry on with zeros or wrong numbers, memory pools never shrink and the peak
+//! cannot be reset. A fresh process is the only clean slate, and a dead one cannot lie.
+
+use crate::classify::{classify_message, MessageKind};
+use crate::report::{exit, BackendKind, Ceiling, ChildEvent, Fault, Location, Request};
+use anyhow::{anyhow, bail, Result};
+use burn::backend::autodiff::checkpoint::strategy::BalancedCheckpointing;
+use burn::backend::{Autodiff, Flex};
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::DType;
+use deeplab::{Config, Phase, Point, Precision, Trainer};
+use std::io::Write;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static PANICKED: AtomicBool = AtomicBool::new(false);
+/// The first panic's message, for the exit code.
+static FIRST_PANIC: Mutex<Option<String>> = Mutex::new(None);
+
+/// Writes one event line and flushes, so that it survives the process dying right after.
+pub fn emit(e: &ChildEvent) {
+    let line = serde_json::to_string(e).expect("events serialise");
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+fn panic_exit_code() -> i32 {
+    let first = FIRST_PANIC.lock().map(|g| g.clone()).unwrap_or(None);
+    match first.as_deref().map(classify_message) {
+        Some(MessageKind::AllocationFailure { .. }) => exit::OOM,
+        _ => exit::INCONCLUSIVE,
+    }
+}
+
+/// Reports every panic on every thread, and ends the process shortly after one: a panicked device
+/// thread can leave the main thread blocked forever or computing garbage.
+fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let thread = std::thread::current()
+            .name()
+            .unwrap_or("unnamed")
+            .to_string();
+        let payload = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(non-text panic payload)".into());
+        let message = match info.location() {
+            Some(l) => format!("{payload} (at {}:{})", l.file(), l.line()),
+            None => payload,
+        };
+        if let Ok(mut first) = FIRST_PANIC.lock() {
+            first.get_or_insert_with(|| message.clone());
+        }
+        emit(&ChildEvent::Panic { thread, message });
+        PANICKED.store(true, Ordering::SeqCst);
+    }));
+    // The watchdog: once anything panicked, give follow-on messages a moment, then end the process
+    // whatever the main thread is doing.
+    std::thread::Builder::new()
+        .name("oom-bisect-watchdog".into())
+        .spawn(|| loop {
+            std::thread::sleep(Duration::from_millis(50));
+            if PANICKED.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1500));
+                let _ = std::io::stdout().lock().flush();
+                // SAFETY: `_exit` ends the process at once without running destructors or atexit
+                // handlers, which may wait on the dead device thread.
+                unsafe { libc::_exit(panic_exit_code()) };
+            }
+        })
+        .expect("spawn watchdog");
+}
+
+/// Runs the child: reads the request, runs the trial, returns the exit code.
+pub fn main(request: &str) -> i32 {
+    install_panic_hook();
+    let req: Request = match serde_json::from_str(request) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("oom-bisect __trial: bad request: {e}");
+            return exit::INCONCLUSIVE;
+        }
+    };
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| run(&req)));
+    if PANICKED.load(Ordering::SeqCst) {
+        return panic_exit_code();
+    }
+    match result {
+        Ok(Ok(())) => exit::FITS,
+        Ok(Err(e)) => {
+            eprintln!("oom-bisect __trial: {e:#}");
+            exit::INCONCLUSIVE
+        }
+        Err(_) => panic_exit_code(),
+    }
+}
+
+/// Host memory, for the CPU backend's fraction ceiling.
+fn host_total() -> u64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let (pages, size) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    (pages.max(0) as u64) * (size.max(0) as u64)
+}
+
+/// How memory is read on each backend.
+enum Meter {
+    Cpu,
+    #[cfg(feature = "cuda")]
+    Cuda {
+        ceiling: crate::cuda::CudaCeiling,
+        device: burn::backend::cuda::CudaDevice,
+        peak: u64,
+    },
+}
+
+impl Meter {
+    /// (bytes held by live tensors, bytes the device handed out). Call after a device sync.
+    fn read(&mut self) -> (u64, u64) {
+        match self {
+            Meter::Cpu => {
+                let now = crate::alloc::in_use() as u64;
+                (now, now)
+            }
+            #[cfg(feature = "cuda")]
+            Meter::Cuda {
+                ceiling,
+                device,
+                peak,
+            } => {
+                use cubecl::Runtime;
+                let in_use = cubecl::cuda::CudaRuntime::client(device)
+                    .memory_usage()
+                    .map(|u| u.bytes_in_use)
+                    .unwrap_or(0);
+                let used = ceiling.device_used();
+                *peak = (*peak).max(used);
+                (in_use, used)
+            }
+        }
+    }
+
+    fn peak(&mut self) -> u64 {
+        match self {
+            Meter::Cpu => crate::alloc::peak() as u64,
+            #[cfg(feature = "cuda")]
+            Meter::Cuda { .. } => {
+                self.read();
+                match self {
+                    Meter::Cuda { peak, .. } => *peak,
+                    Meter::Cpu => unreachable!(),
+                }
+            }
+        }
+    }
+}
+
+fn run(req: &Request) -> Result<()> {
+    let config = Config::from_toml_str(&req.config).map_err(|e| anyhow!("config: {e}"))?;
+    // Refuse bad ids before touching the device.
+    deeplab::Architecture::new(&config).map_err(|e| anyhow!("config: {e}"))?;
+    match req.backend {
+        BackendKind::Cpu => {
+            if !crate::alloc::installed() {
+                bail!("the counting allocator is not installed in this binary: the CPU ceiling cannot be enforced");
+            }
+            let total = host_total();
+            let ceiling_bytes = match req.ceiling {
+                Ceiling::None => total,
+                Ceiling::Bytes(b) => b,
+                Ceiling::Fraction(f) => (total as f64 * f) as u64,
+            };
+            emit(&ChildEvent::Start {
+                backend: BackendKind::Cpu,
+                device: format!("cpu (burn-flex, {} threads)", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)),
+                ceiling_bytes,
+                context_bytes: crate::alloc::in_use() as u64,
+                total_bytes: total,
+            });
+            crate::alloc::set_limit(ceiling_bytes as usize);
+            let device = Default::default();
+            let mut meter = Meter::Cpu;
+            if config.train.checkpointing {
+                train::<Autodiff<Flex, BalancedCheckpointing>>(&config, &device, &mut meter, req)
+            } else {
+                train::<Autodiff<Flex>>(&config, &device, &mut meter, req)
+            }
+        }
+        BackendKind::Cuda => run_cuda(&config, req),
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn run_cuda(config: &Config, req: &Request) -> Result<()> {
+    use burn::backend::Cuda;
+    let ceiling = crate::cuda::CudaCeiling::install(req.ceiling)?;
+    emit(&ChildEvent::Start {
+        backend: BackendKind::Cuda,
+        device: ceiling.device_name.clone(),
+        ceiling_bytes: ceiling.ceiling_bytes,
+        context_bytes: ceiling.context_bytes,
+        total_bytes: ceiling.total_bytes,
+    });
+    let device = burn::backend::cuda::CudaDevice::default();
+    let mut meter = Meter::Cuda {
+        ceiling,
+        device: device.clone(),
+        peak: 0,
+    };
+    if config.train.checkpointing {
+        train::<Autodiff<Cuda, BalancedCheckpointing>>(config, &device, &mut meter, req)
+    } else {
+        train::<Autodiff<Cuda>>(config, &device, &mut meter, req)
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn run_cuda(_: &Config, _: &Request) -> Result<()> {
+    bail!("this binary was built without the `cuda` feature")
+}
+
+fn inject(fault: &Option<Fault>, stage: &str) {
+    match (fault, stage) {
+        (Some(Fault::Sleep), "backbone.stem") => {
+            // A grandchild that must die with us: the parent kills the whole process group.
+            let _ = std::process::Command::new("sleep").arg("600").spawn();
+            std::thread::sleep(Duration::from_secs(600));
+        }
+        (Some(Fault::BrokenModule), "aspp") => {
+            panic!("deliberately broken module: this layer always fails")
+        }
+        (Some(Fault::DeviceThreadOom), "backbone.stem") => {
+            // burn-cuda's shape of an OOM: a panic on the device-runner thread, the caller unharmed.
+            let _ = std::thread::Builder::new()
+                .name("DSD-0-0".into())
+                .spawn(|| {
+                    panic!("called `Result::unwrap()` on an `Err` value: can't allocate buffer of size: 42949672960")
+                })
+                .and_then(|h| h.join().map_err(|_| std::io::Error::other("joined")));
+        }
+        _ => {}
+    }
+}
+
+fn train<B: AutodiffBackend>(
+    config: &Config,
+    device: &B::Device,
+    meter: &mut Meter,
+    req: &Request,
+) -> Result<()> {
+    let dtype = match config.train.precision {
+        Precision::F32 => None,
+        Precision::F16 => Some(DType::F16),
+        Precision::Bf16 => Some(DType::BF16),
+    };
+    if let Some(dtype) = dtype {
+        burn::tensor::set_default_dtypes::<B>(device, dtype, DType::I32).map_err(|e| {
+            anyhow!(
+                "precision {} is not supported on the {} backend: {e:?}",
+                config.train.precision.name(),
+                req.backend.name()
+            )
+        })?;
+    }
+    let mut trainer = Trainer::<B>::new(config, device).map_err(|e| anyhow!("config: {e}"))?;
+    B::sync(device).map_err(|e| anyhow!("device sync failed: {e:?}"))?;
+    let (in_use, _) = meter.read();
+    emit(&ChildEvent::Built {
+        in_use_bytes: in_use,
+        params: deeplab::model::trainable_params(trainer.model()),
+    });
+    let mut check = 0.0;
+    for step in 0..config.train.steps {
+        let t0 = Instant::now();
+        let r = trainer.step(&mut |p| {
+            let (phase, stage) = match p {
+                Point::Stage(id) => (Phase::Forward, id.to_string()),
+                Point::Loss => (Phase::Forward, "loss".to_string()),
+                Point::Backward => (Phase::Backward, "backward".to_string()),
+                Point::Optimizer => (Phase::Step, "optimizer".to_string()),
+            };
+            inject(&req.fault, &stage);
+            if B::sync(device).is_err() || PANICKED.load(Ordering::SeqCst) {
+                // Let the panic hook's watchdog end the process; do not measure garbage.
+                std::thread::sleep(Duration::from_secs(10));
+            }
+            let (in_use_bytes, device_bytes) = meter.read();
+            emit(&ChildEvent::Mark {
+                at: Location { step, phase, stage },
+                in_use_bytes,
+                device_bytes,
+            });
+        });
+        B::sync(device).map_err(|e| anyhow!("device sync failed: {e:?}"))?;
+        let seconds = t0.elapsed().as_secs_f64();
+        let (in_use_bytes, _) = meter.read();
+        emit(&ChildEvent::Step {
+            step,
+            seconds,
+            in_use_bytes,
+            loss: r.loss,
+        });
+        check = r.check;
+    }
+    if PANICKED.load(Ordering::SeqCst) {
+        bail!("a thread panicked during the trial");
+    }
+    let (_, _) = meter.read();
+    let peak_bytes = meter.peak();
+    let peak_in_use_bytes = crate::alloc::peak() as u64;
+    emit(&ChildEvent::Done {
+        check,
+        peak_bytes,
+        peak_in_use_bytes: match req.backend {
+            BackendKind::Cpu => peak_in_use_bytes,
+            BackendKind::Cuda => 0,
+        },
+    });
+    Ok(())
+}

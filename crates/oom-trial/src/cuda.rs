@@ -1,0 +1,102 @@
+//! The CUDA ceiling: before burn touches the device, allocate "ballast" so that exactly the ceiling is
+//! left to the trial, and the driver's own out-of-memory fires there. Measured on the H200: after
+//! `cuMemAlloc` of the free memory minus 8 GiB in 1 GiB chunks, `cuMemGetInfo` reported 8.00 GiB free
+//! and burn's allocations failed at that ceiling (shared/GPU.md).
+
+use crate::report::Ceiling;
+use anyhow::{bail, Context, Result};
+use cudarc::driver::result;
+
+const CHUNK: usize = 1 << 30;
+
+/// The device after the ballast is in place.
+pub struct CudaCeiling {
+    pub device_name: String,
+    pub total_bytes: u64,
+    /// What the device held before the trial (our context, other processes).
+    pub context_bytes: u64,
+    pub ceiling_bytes: u64,
+    ballast_bytes: u64,
+}
+
+/// Whether a CUDA driver and at least one device are present.
+pub fn probe() -> Result<String> {
+    result::init().context("no CUDA driver (libcuda.so.1) could be initialised")?;
+    let n = result::device::get_count().context("could not count CUDA devices")?;
+    if n < 1 {
+        bail!("the CUDA driver reports no device");
+    }
+    let dev = result::device::get(0).context("could not open CUDA device 0")?;
+    result::device::get_name(dev).context("could not read the device name")
+}
+
+/// Reads `(free, total)` of the current context's device.
+pub fn mem_info() -> Result<(u64, u64)> {
+    let (free, total) = result::mem_get_info().context("cuMemGetInfo failed")?;
+    Ok((free as u64, total as u64))
+}
+
+impl CudaCeiling {
+    /// Retains the primary context (the one burn's CUDA runtime uses), and takes ballast so that the
+    /// device looks like a card of the requested size: what is used already (the context) counts
+    /// against the ceiling, as it would on that card.
+    pub fn install(ceiling: Ceiling) -> Result<CudaCeiling> {
+        let name = probe()?;
+        let dev = result::device::get(0).context("could not open CUDA device 0")?;
+        // SAFETY: `dev` is a valid device from `device::get`; the primary context is retained for the
+        // life of the process and made current on this (the main) thread, as cubecl-cuda does.
+        unsafe {
+            let ctx = result::primary_ctx::retain(dev).context("could not retain the primary context")?;
+            result::ctx::set_current(ctx).context("could not make the primary context current")?;
+        }
+        let (free, total) = mem_info()?;
+        let used = total - free;
+        let ceiling_bytes = match ceiling {
+            Ceiling::None => total,
+            Ceiling::Bytes(b) => b,
+            Ceiling::Fraction(f) => (total as f64 * f) as u64,
+        };
+        if ceiling_bytes > total {
+            bail!(
+                "the ceiling ({}) is larger than the device ({}, {})",
+                crate::fmt_bytes(ceiling_bytes),
+                name,
+                crate::fmt_bytes(total)
+            );
+        }
+        if ceiling_bytes <= used {
+            bail!(
+                "the ceiling ({}) is not above what the CUDA context already holds ({})",
+                crate::fmt_bytes(ceiling_bytes),
+                crate::fmt_bytes(used)
+            );
+        }
+        let mut left = (total - ceiling_bytes) as usize;
+        let mut ballast = 0u64;
+        while left > 0 {
+            let n = left.min(CHUNK);
+            // SAFETY: a plain device allocation that is never freed nor accessed: it only holds
+            // memory until the process exits, which frees it.
+            unsafe { result::malloc_sync(n) }.with_context(|| {
+                format!("could not reserve ballast ({} left to reserve)", crate::fmt_bytes(left as u64))
+            })?;
+            ballast += n as u64;
+            left -= n;
+        }
+        Ok(CudaCeiling {
+            device_name: name,
+            total_bytes: total,
+            context_bytes: used,
+            ceiling_bytes,
+            ballast_bytes: ballast,
+        })
+    }
+
+    /// Device memory used by the trial and its context, ballast excluded.
+    pub fn device_used(&self) -> u64 {
+        match mem_info() {
+            Ok((free, total)) => (total - free).saturating_sub(self.ballast_bytes),
+            Err(_) => 0,
+        }
+    }
+}

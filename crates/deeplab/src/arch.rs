@@ -191,18 +191,14 @@ impl Architecture {
             "Conv 1×1 + BN + ReLU + Dropout",
             "it sets the channels the decoder expects; swap `aspp` as a whole instead",
         ));
+        // With every branch swapped nothing feeds the projection: the ASPP as a whole is identity.
         let kept_branches = ASPP_BRANCHES
             .iter()
             .chain(std::iter::once(&"aspp.pool"))
             .filter(|id| !swapped(id))
             .count();
-        let aspp_out = if swapped("aspp") { high } else { c };
-        if !swapped("aspp") && kept_branches == 0 {
-            return Err(ConfigError::new(
-                "model.identity",
-                "every ASPP branch is swapped for identity; keep at least one, or swap `aspp` as a whole",
-            ));
-        }
+        let aspp_passes = swapped("aspp") || kept_branches == 0;
+        let aspp_out = if aspp_passes { high } else { c };
         stages.push(StageInfo {
             id: "aspp".into(),
             shape: [b, aspp_out, h / os, w / os],
@@ -331,6 +327,15 @@ impl Architecture {
 
     pub fn is_identity(&self, id: &str) -> bool {
         self.identity.iter().any(|x| x == id)
+    }
+
+    /// Whether the ASPP passes its input through: swapped as a whole, or every branch swapped.
+    pub fn aspp_is_identity(&self) -> bool {
+        self.is_identity("aspp")
+            || ASPP_BRANCHES
+                .iter()
+                .chain(std::iter::once(&"aspp.pool"))
+                .all(|id| self.is_identity(id))
     }
 
     /// Ids of every module that can be swapped for identity, in forward order.

@@ -191,7 +191,7 @@ impl<B: Backend> DeepLabV3Plus<B> {
         let high = arch.blocks[3][0].planes * m.backbone.expansion();
         let c = m.aspp_channels;
         let rates = m.effective_aspp_rates();
-        let aspp = on("aspp").then(|| {
+        let aspp = (!arch.aspp_is_identity()).then(|| {
             let kept = [
                 "aspp.branch0",
                 "aspp.branch1",
@@ -365,4 +365,63 @@ pub fn trainable_params<B: burn::tensor::backend::AutodiffBackend, M: Module<B>>
     let mut c = Count(0);
     m.visit(&mut c);
     c.0
+}
+
+impl<B: burn::tensor::backend::AutodiffBackend> DeepLabV3Plus<B> {
+    /// Trainable parameters of every module id of the architecture (0 where swapped for identity).
+    pub fn params_by_module(&self) -> Vec<(String, usize)> {
+        let mut out = vec![];
+        let bb = &self.backbone;
+        out.push(("backbone.conv1".into(), trainable_params(&bb.conv1)));
+        out.push(("backbone.bn1".into(), trainable_params(&bb.bn1)));
+        out.push(("backbone.maxpool".into(), 0));
+        for (i, layer) in bb.layers.iter().enumerate() {
+            for (k, block) in layer.iter().enumerate() {
+                out.push((
+                    format!("backbone.{}.{k}", LAYERS[i]),
+                    block.as_ref().map(trainable_params).unwrap_or(0),
+                ));
+            }
+        }
+        let aspp = self.aspp.as_ref();
+        out.push(("aspp".into(), aspp.map(trainable_params).unwrap_or(0)));
+        out.push((
+            "aspp.branch0".into(),
+            aspp.and_then(|a| a.branch0.as_ref()).map(trainable_params).unwrap_or(0),
+        ));
+        for i in 0..3 {
+            out.push((
+                format!("aspp.branch{}", i + 1),
+                aspp.and_then(|a| a.atrous[i].as_ref()).map(trainable_params).unwrap_or(0),
+            ));
+        }
+        out.push((
+            "aspp.pool".into(),
+            aspp.and_then(|a| a.pool.as_ref()).map(trainable_params).unwrap_or(0),
+        ));
+        out.push((
+            "aspp.project".into(),
+            aspp.map(|a| trainable_params(&a.project)).unwrap_or(0),
+        ));
+        if self.arch.config.attention_heads > 0 {
+            out.push(("attention".into(), self.attention.as_ref().map(trainable_params).unwrap_or(0)));
+        }
+        if self.arch.config.aux_head {
+            out.push(("aux_head".into(), self.aux_head.as_ref().map(trainable_params).unwrap_or(0)));
+        }
+        let dec = self.decoder.as_ref();
+        out.push(("decoder".into(), dec.map(trainable_params).unwrap_or(0)));
+        out.push((
+            "decoder.project".into(),
+            dec.and_then(|d| d.project.as_ref()).map(trainable_params).unwrap_or(0),
+        ));
+        for k in 0..2 {
+            out.push((
+                format!("decoder.fuse.{k}"),
+                dec.and_then(|d| d.fuse[k].as_ref()).map(trainable_params).unwrap_or(0),
+            ));
+        }
+        out.push(("classifier".into(), trainable_params(&self.classifier)));
+        out
+    }
 }

@@ -83,6 +83,15 @@ impl<B: AutodiffBackend> Trainer<B> {
         let [h, w] = config.data.size;
         let b = config.data.batch;
         let model = DeepLabV3Plus::new(arch, device);
+        // burn initialises parameters lazily; make them exist now, so that memory read before the
+        // first step includes them.
+        struct Touch;
+        impl<B: Backend> burn::module::ModuleVisitor<B> for Touch {
+            fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<Tensor<B, D>>) {
+                let _ = param.val();
+            }
+        }
+        burn::module::Module::visit(&model, &mut Touch);
         let t = &config.train;
         let optim = match t.optimizer {
             Optimizer::Sgd => Optim::Sgd(

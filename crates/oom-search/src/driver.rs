@@ -334,76 +334,69 @@ fn index_on(axis: &Axis, c: &Candidate) -> usize {
     }
 }
 
-/// Shrinks every axis and swaps out as many modules as possible while the configuration still runs
-/// out of memory, to a fixpoint.
-fn minimise(s: &mut Session<'_>, space: &Space, opts: &SearchOptions) -> Minimal {
-    let mut cur = Candidate::original();
-    let mut kept: Vec<ModuleItem> = space.modules.items.clone();
-    let mut modules_minimal = true;
-    for _round in 0..4 {
+/// Lowers each axis of `cur` to the first value that still runs out of memory (in the context of the
+/// other axes as they are in `cur`), in turn, until none moves.
+fn shrink_axes(s: &mut Session<'_>, space: &Space, opts: &SearchOptions, mut cur: Candidate) -> Candidate {
+    for _pass in 0..3 {
         let mut changed = false;
         for axis in &space.axes {
             let i = index_on(axis, &cur);
             if i == 0 {
                 continue;
             }
-            let r = bisect_axis(s, axis, &cur, 0, i, opts.ceiling, opts.predict, false);
+            // One step lower first: when it fits, this axis is already minimal (and the probe is the
+            // passing neighbour the report shows anyway).
+            let below = s.measure(&axis.at(&cur, i - 1), Purpose::Minimise);
+            if below.outcome != Outcome::Oom {
+                continue;
+            }
+            let r = bisect_axis(s, axis, &cur, 0, i - 1, opts.ceiling, opts.predict, false);
             let first_oom = match r.verdict {
                 AxisVerdict::Boundary { first_oom, .. } => Some(first_oom.index),
                 AxisVerdict::NotTheCause { lowest, .. } => Some(lowest.index),
                 _ => None,
             };
-            if let Some(f) = first_oom {
-                if f < i {
-                    cur = axis.at(&cur, f);
-                    changed = true;
-                }
-            }
-        }
-        if opts.modules && !kept.is_empty() {
-            // ddmin over the modules still present: the smallest set that must stay for it to fail.
-            let swapped_now: Vec<ModuleItem> = space
-                .modules
-                .items
-                .iter()
-                .filter(|m| !kept.contains(m))
-                .cloned()
-                .collect();
-            let base = cur.clone();
-            let r = ddmin(&kept, &mut |keep| {
-                let mut swap = swapped_now.clone();
-                swap.extend(kept.iter().filter(|m| !keep.contains(m)).cloned());
-                let c = space.modules.candidate(&base, &swap);
-                as_bool(&s.measure(&c, Purpose::Minimise), Outcome::Oom)
-            });
-            modules_minimal = r.one_minimal;
-            // The empty set (every module swapped) may fail too: then nothing needs to stay.
-            let mut swap_all = swapped_now.clone();
-            swap_all.extend(kept.iter().cloned());
-            let none_kept = as_bool(
-                &s.measure(
-                    &space.modules.candidate(&base, &swap_all),
-                    Purpose::Minimise,
-                ),
-                Outcome::Oom,
-            ) == Some(true);
-            let new_kept = if none_kept { vec![] } else { r.items };
-            if new_kept.len() < kept.len() {
-                kept = new_kept;
-                let swap: Vec<ModuleItem> = space
-                    .modules
-                    .items
-                    .iter()
-                    .filter(|m| !kept.contains(m))
-                    .cloned()
-                    .collect();
-                cur = space.modules.candidate(&cur, &swap);
+            if let Some(f) = first_oom.filter(|f| *f < i) {
+                cur = axis.at(&cur, f);
                 changed = true;
             }
         }
         if !changed {
             break;
         }
+    }
+    cur
+}
+
+/// Shrinks every axis and swaps out as many modules as possible while the configuration still runs
+/// out of memory: axes, then modules (ddmin over the modules still present), then axes again.
+fn minimise(s: &mut Session<'_>, space: &Space, opts: &SearchOptions) -> Minimal {
+    let mut cur = shrink_axes(s, space, opts, Candidate::original());
+    let mut kept: Vec<ModuleItem> = space.modules.items.clone();
+    let mut modules_minimal = true;
+    if opts.modules && !kept.is_empty() {
+        let base = cur.clone();
+        let items = kept.clone();
+        let swap_without = |keep: &[ModuleItem]| -> Vec<ModuleItem> {
+            items.iter().filter(|m| !keep.contains(m)).cloned().collect()
+        };
+        // Every module swapped may still fail: then none needs to stay.
+        let none_kept = as_bool(
+            &s.measure(&space.modules.candidate(&base, &items), Purpose::Minimise),
+            Outcome::Oom,
+        ) == Some(true);
+        if none_kept {
+            kept = vec![];
+        } else {
+            let r = ddmin(&items, &mut |keep| {
+                let c = space.modules.candidate(&base, &swap_without(keep));
+                as_bool(&s.measure(&c, Purpose::Minimise), Outcome::Oom)
+            });
+            modules_minimal = r.one_minimal;
+            kept = r.items;
+        }
+        cur = space.modules.candidate(&base, &swap_without(&kept));
+        cur = shrink_axes(s, space, opts, cur);
     }
     let measurement = s.measure(&cur, Purpose::Minimise);
     // The passing neighbours: one step lower on each axis, one more module swapped.

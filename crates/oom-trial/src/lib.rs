@@ -108,3 +108,11 @@ mod tests {
         assert_eq!(fmt_bytes(3 << 29), "1.50 GiB");
     }
 }
+
+/// Trainable parameters of a config's model, in total and per module id (built on the CPU backend).
+pub fn count_params(config: &deeplab::Config) -> Result<(usize, Vec<(String, usize)>), deeplab::ConfigError> {
+    use burn::backend::{Autodiff, Flex};
+    let arch = deeplab::Architecture::new(config)?;
+    let model = deeplab::DeepLabV3Plus::<Autodiff<Flex>>::new(arch, &Default::default());
+    Ok((deeplab::model::trainable_params(&model), model.params_by_module()))
+}

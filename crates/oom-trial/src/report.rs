@@ -296,6 +296,11 @@ pub fn assemble(events: &[ChildEvent], exit: ChildExit, stderr: &str, wall_secon
         // A trial that did not finish still says how far memory got.
         r.peak_bytes = r.stages.iter().map(|s| s.device_bytes).max();
     }
+    // What does not scale with the batch: parameters, gradients' buffers and optimizer state, read
+    // after the last step, when the activations are gone.
+    if let Some(last) = r.steps.last() {
+        r.base_bytes = Some(last.in_use_after_bytes);
+    }
     if r.steps.len() >= 3 {
         let second = r.steps[1].in_use_after_bytes as i64;
         let last = r.steps[r.steps.len() - 1].in_use_after_bytes as i64;

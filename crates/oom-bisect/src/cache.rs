@@ -1,0 +1,28 @@
+//! Kernel caches shared by every trial: each trial is a fresh process, so without a persistent cache
+//! every child compiles (NVRTC) and autotunes the same kernels again. The parent points the child at
+//! one directory; the child configures cubecl's compilation and autotune caches there.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The environment variable the child reads; set it to an empty string to disable the cache.
+pub const ENV: &str = "OOM_BISECT_KERNEL_CACHE";
+
+/// `$OOM_BISECT_KERNEL_CACHE`, else `$XDG_CACHE_HOME/oom-bisect/cubecl`, else `~/.cache/oom-bisect/cubecl`.
+pub fn dir() -> Option<PathBuf> {
+    if let Some(v) = std::env::var_os(ENV) {
+        return (!v.is_empty()).then(|| PathBuf::from(v));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("oom-bisect").join("cubecl"))
+}
+
+/// Passes the cache directory to a trial child.
+pub fn configure(cmd: &mut Command) {
+    match dir() {
+        Some(d) => cmd.env(ENV, d),
+        None => cmd.env(ENV, ""),
+    };
+}

@@ -1,0 +1,147 @@
+//! What the user typed (`*Args`), parsed by clap. Resolved into settings in `settings.rs`, nowhere else.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "oom-bisect",
+    version,
+    about = "Find out, by measurement, why a DeepLabV3+ training run goes out of GPU memory",
+    long_about = "Find out, by measurement, why a DeepLabV3+ training run goes out of GPU memory.\n\n\
+        oom-bisect runs real training steps (forward, loss, backward, optimizer) of a burn DeepLabV3+ \
+        under a memory ceiling, each in its own process, and binary-searches batch, input size, output \
+        stride, depth and phase for the first configuration that runs out of memory; delta debugging \
+        finds the modules that carry the memory. It prints the boundaries with measured peaks, the \
+        fixes that fit, and the smallest configuration that still fails.",
+    after_help = crate::exit_codes::HELP
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Diagnose a configuration: boundaries per axis, modules, fixes, minimal failing configuration
+    Bisect(BisectArgs),
+    /// Run one measured trial and print its per-stage memory
+    Trial(TrialArgs),
+    /// Print the module tree with ids, shapes, parameters and an activation estimate
+    Inspect(InspectArgs),
+    /// Time a diagnosis: trials per axis, per-trial overhead against the training steps
+    Bench(BenchArgs),
+    /// The child side of a trial (internal: the binary re-runs itself)
+    #[command(name = "__trial", hide = true)]
+    ChildTrial,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    Cuda,
+    Cpu,
+}
+
+/// The workload: a config file and overrides.
+#[derive(Debug, Args)]
+pub struct ConfigArgs {
+    /// The workload, a TOML file (see configs/)
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: PathBuf,
+    /// Override any config key, e.g. --set model.output_stride=16 (repeatable)
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
+}
+
+/// The device and its ceiling.
+#[derive(Debug, Args)]
+pub struct DeviceArgs {
+    /// Backend: cuda or cpu [default: cuda when a device is found, else cpu]
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendArg>,
+    /// Ceiling as a size: 24GiB, 24000MiB, or plain bytes
+    #[arg(long, value_name = "SIZE", group = "ceiling")]
+    pub memory_limit: Option<String>,
+    /// Ceiling as a fraction of the device (CUDA) or host (CPU) memory, e.g. 0.17
+    #[arg(long, value_name = "F", group = "ceiling")]
+    pub memory_fraction: Option<f64>,
+    /// Ceiling of a known card, e.g. rtx3090; `--gpu help` lists them
+    #[arg(long, value_name = "NAME", group = "ceiling")]
+    pub gpu: Option<String>,
+    /// Seconds before a trial is killed and counted as a timeout
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    pub trial_timeout: u64,
+    /// Internal: answer trials from the analytic estimate instead of running them (tests)
+    #[arg(long, hide = true)]
+    pub fake_trials: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
+pub enum Step {
+    Batch,
+    Size,
+    Stride,
+    Depth,
+    Phase,
+    Fixes,
+    Modules,
+    Minimal,
+}
+
+#[derive(Debug, Args)]
+pub struct BisectArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    #[command(flatten)]
+    pub device: DeviceArgs,
+    /// Which steps to run (comma-separated) [default: all]
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub axes: Vec<Step>,
+    /// Stop after this many trials; what is not measured is reported as inconclusive
+    #[arg(long, value_name = "N")]
+    pub max_trials: Option<usize>,
+    /// Do not re-run both sides of each boundary before reporting it
+    #[arg(long)]
+    pub no_confirm: bool,
+    /// Do not use measured peaks to predict boundaries (plain bisection)
+    #[arg(long)]
+    pub no_predict: bool,
+    /// Also write the report as JSON to FILE
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Journal directory: every finished trial is appended there, and a re-run resumes from it
+    #[arg(long, value_name = "DIR", default_value = "oom-bisect-out")]
+    pub journal: PathBuf,
+    /// Ignore the journal's earlier results (they are still appended to)
+    #[arg(long)]
+    pub fresh: bool,
+    /// No progress on stderr
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TrialArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    #[command(flatten)]
+    pub device: DeviceArgs,
+    /// Also write the trial report as JSON to FILE
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Internal: inject a fault into the child (tests)
+    #[arg(long, hide = true, value_name = "FAULT")]
+    pub fault: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub bisect: BisectArgs,
+}

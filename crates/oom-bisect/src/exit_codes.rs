@@ -1,0 +1,74 @@
+//! Every exit code of `oom-bisect`, in one place. `trial` follows `git bisect run`: 0 good (fits),
+//! 3 bad (out of memory), 125 skip (could not tell), so it can drive `git bisect run` directly.
+
+use std::fmt;
+
+pub const SUCCESS: i32 = 0;
+/// An unexpected internal error (a bug).
+pub const INTERNAL: i32 = 1;
+/// The command line could not be parsed (clap's own code).
+pub const USAGE: i32 = 2;
+/// `trial`: the configuration ran out of memory.
+pub const OOM: i32 = 3;
+/// The config file could not be read.
+pub const CONFIG_UNREADABLE: i32 = 10;
+/// The config has an unknown key or a value out of range.
+pub const CONFIG_INVALID: i32 = 11;
+/// No CUDA driver or device, or this binary lacks CUDA support.
+pub const NO_DEVICE: i32 = 12;
+/// The memory ceiling is invalid or larger than the device.
+pub const BAD_CEILING: i32 = 13;
+/// An output path (report, JSON, journal, minimal config) cannot be written.
+pub const UNWRITABLE: i32 = 14;
+/// `bisect`: the original configuration could not be measured (error or timeout), so there is
+/// nothing to bisect.
+pub const INCONCLUSIVE_ORIGINAL: i32 = 15;
+/// `trial`: the trial failed for a reason other than memory, or timed out.
+pub const INCONCLUSIVE: i32 = 125;
+/// Interrupted (Ctrl-C); what was measured is in the journal.
+pub const INTERRUPTED: i32 = 130;
+
+/// The table printed in `--help`.
+pub const HELP: &str = "\
+Exit codes:
+    0    success (`trial`: the configuration fits)
+    1    internal error
+    2    bad command line
+    3    `trial`: out of memory
+   10    config file cannot be read
+   11    config invalid (unknown key, value out of range)
+   12    no CUDA driver or device (try --backend cpu)
+   13    memory ceiling invalid or larger than the device
+   14    an output path cannot be written
+   15    `bisect`: the original configuration could not be measured
+  125    `trial`: inconclusive (error or timeout), as `git bisect skip`
+  130    interrupted; finished trials are kept in the journal";
+
+/// An error a user can act on, with its exit code.
+#[derive(Debug)]
+pub struct UserError {
+    pub code: i32,
+    pub message: String,
+}
+
+impl UserError {
+    pub fn new(code: i32, message: impl Into<String>) -> Self {
+        UserError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for UserError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for UserError {}
+
+/// Shorthand: `Err(user(CODE, "..."))?`.
+pub fn user(code: i32, message: impl Into<String>) -> anyhow::Error {
+    UserError::new(code, message).into()
+}

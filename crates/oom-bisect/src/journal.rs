@@ -1,0 +1,88 @@
+//! The journal: every finished trial appended as one JSON line the moment it is known, so an
+//! interrupted search loses nothing and the same command run again resumes from it. Results are keyed
+//! by the canonical config, the attempt number, the backend and the ceiling: a different ceiling or
+//! backend is a different experiment.
+
+use crate::exit_codes::{self as code, user};
+use anyhow::Result;
+use oom_search::Candidate;
+use oom_trial::TrialReport;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Entry {
+    key: String,
+    attempt: u32,
+    experiment: String,
+    candidate: Candidate,
+    report: TrialReport,
+}
+
+pub struct Journal {
+    file: Option<File>,
+    experiment: String,
+    known: HashMap<(String, u32), TrialReport>,
+}
+
+impl Journal {
+    /// Opens (creating) `path`; earlier entries of the same `experiment` are loaded unless `fresh`.
+    pub fn open(path: &Path, experiment: &str, fresh: bool) -> Result<Journal> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                user(code::UNWRITABLE, format!("cannot create journal directory {}: {e}", dir.display()))
+            })?;
+        }
+        let mut known = HashMap::new();
+        if !fresh {
+            if let Ok(f) = File::open(path) {
+                for line in BufReader::new(f).lines().map_while(|l| l.ok()) {
+                    // A line cut short by a crash is skipped, not fatal.
+                    if let Ok(e) = serde_json::from_str::<Entry>(&line) {
+                        if e.experiment == experiment {
+                            known.insert((e.key, e.attempt), e.report);
+                        }
+                    }
+                }
+            }
+        }
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| user(code::UNWRITABLE, format!("cannot write journal {}: {e}", path.display())))?;
+        Ok(Journal {
+            file: Some(file),
+            experiment: experiment.to_string(),
+            known,
+        })
+    }
+
+    /// Entries loaded from an earlier run.
+    pub fn loaded(&self) -> usize {
+        self.known.len()
+    }
+
+    pub fn lookup(&self, key: &str, attempt: u32) -> Option<TrialReport> {
+        self.known.get(&(key.to_string(), attempt)).cloned()
+    }
+
+    pub fn append(&mut self, key: &str, attempt: u32, candidate: &Candidate, report: &TrialReport) {
+        let Some(f) = self.file.as_mut() else { return };
+        let e = Entry {
+            key: key.to_string(),
+            attempt,
+            experiment: self.experiment.clone(),
+            candidate: candidate.clone(),
+            report: report.clone(),
+        };
+        let line = serde_json::to_string(&e).expect("journal entries serialise");
+        // One write per line, flushed: a crash can lose at most the line being written.
+        if let Err(err) = writeln!(f, "{line}").and_then(|_| f.flush()) {
+            eprintln!("oom-bisect: warning: could not append to the journal: {err}");
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! The search space of one workload: its monotone axes (values in order of growing memory), the
+//! capacity axes used when it fits, the fixes a user would try, and the module groups for ddmin.
+
+use crate::cli::Step;
+use deeplab::{Architecture, Config, LossResolution, Optimizer, Phase, Precision};
+use oom_search::{Axis, AxisValue, Fix, ModuleItem, Modules, Space};
+
+fn value(value: String, label: String, x: Option<f64>) -> AxisValue {
+    AxisValue { value, label, x }
+}
+
+fn batch_axis(config: &Config, upto: usize) -> Axis {
+    Axis {
+        name: "batch".into(),
+        key: "data.batch".into(),
+        values: (1..=upto)
+            .map(|b| value(b.to_string(), b.to_string(), Some(b as f64)))
+            .collect(),
+        original: config.data.batch - 1,
+    }
+}
+
+/// Input sizes: multiples of 32 (or of the output stride when larger) with the aspect ratio kept,
+/// ending at (or running past) the configured size, which is always one of the values.
+fn size_axis(config: &Config, max_side: usize) -> Axis {
+    let [h, w] = config.data.size;
+    let m = config.model.output_stride.max(32);
+    let mut sizes: Vec<[usize; 2]> = vec![];
+    let mut k = 1;
+    loop {
+        let sh = k * m;
+        if sh > max_side.max(h) {
+            break;
+        }
+        let sw = ((sh as f64 * w as f64 / h as f64 / m as f64).round() as usize).max(1) * m;
+        if sh != h {
+            sizes.push([sh, sw]);
+        }
+        k += 1;
+    }
+    sizes.push([h, w]);
+    sizes.sort_by_key(|s| s[0] * s[1]);
+    sizes.dedup();
+    let original = sizes.iter().position(|s| *s == [h, w]).expect("configured size present");
+    Axis {
+        name: "size".into(),
+        key: "data.size".into(),
+        values: sizes
+            .iter()
+            .map(|[a, b]| value(format!("[{a}, {b}]"), format!("{a}×{b}"), Some((a * b) as f64)))
+            .collect(),
+        original,
+    }
+}
+
+fn stride_axis(config: &Config) -> Axis {
+    let values: Vec<usize> = [32, 16, 8]
+        .into_iter()
+        .filter(|s| *s >= config.model.output_stride)
+        .collect();
+    Axis {
+        name: "stride".into(),
+        key: "model.output_stride".into(),
+        original: values.len() - 1,
+        values: values
+            .iter()
+            .map(|s| value(s.to_string(), format!("OS{s}"), None))
+            .collect(),
+    }
+}
+
+fn depth_axis(config: &Config, arch: &Architecture) -> Axis {
+    let last = arch.stages.len() - 1;
+    Axis {
+        name: "depth".into(),
+        key: "model.truncate_after".into(),
+        values: arch
+            .stages
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let label = s.id.trim_start_matches("backbone.").to_string();
+                let label = if i == last { format!("{label} (whole model)") } else { label };
+                value(format!("\"{}\"", s.id), label, None)
+            })
+            .collect(),
+        original: config
+            .model
+            .truncate_after
+            .as_ref()
+            .map(|t| arch.stage_index(t))
+            .unwrap_or(last),
+    }
+}
+
+fn phase_axis(config: &Config) -> Axis {
+    Axis {
+        name: "phase".into(),
+        key: "train.phase".into(),
+        values: Phase::ALL
+            .iter()
+            .map(|p| value(format!("\"{}\"", p.name()), p.name().into(), None))
+            .collect(),
+        original: Phase::ALL.iter().position(|p| *p == config.train.phase).unwrap_or(2),
+    }
+}
+
+/// ddmin items: the later blocks of each backbone layer as one group each, and every head module.
+fn module_items(config: &Config, arch: &Architecture) -> Modules {
+    let fixed = arch.identity.clone();
+    let mut items = vec![];
+    for (i, layer) in deeplab::arch::LAYERS.iter().enumerate() {
+        let n = arch.blocks[i].len();
+        let ids: Vec<String> = (1..n)
+            .map(|k| format!("backbone.{layer}.{k}"))
+            .filter(|id| !fixed.contains(id))
+            .collect();
+        if !ids.is_empty() {
+            let label = if n == 2 {
+                format!("backbone.{layer}.1")
+            } else {
+                format!("backbone.{layer}.1-{}", n - 1)
+            };
+            items.push(ModuleItem { label, ids });
+        }
+    }
+    let mut heads = vec![
+        "aspp.branch0",
+        "aspp.branch1",
+        "aspp.branch2",
+        "aspp.branch3",
+        "aspp.pool",
+    ];
+    if config.model.attention_heads > 0 {
+        heads.push("attention");
+    }
+    if config.model.aux_head {
+        heads.push("aux_head");
+    }
+    heads.extend(["decoder.project", "decoder.fuse.0", "decoder.fuse.1"]);
+    for id in heads {
+        if !fixed.iter().any(|f| f == id || (f == "aspp" && id.starts_with("aspp.")) || (f == "decoder" && id.starts_with("decoder."))) {
+            items.push(ModuleItem {
+                label: id.into(),
+                ids: vec![id.into()],
+            });
+        }
+    }
+    Modules {
+        key: "model.identity".into(),
+        fixed,
+        items,
+    }
+}
+
+fn fixes(config: &Config) -> Vec<Fix> {
+    let mut f = vec![];
+    let mut add = |change: &str, sets: &[(&str, &str)]| {
+        f.push(Fix {
+            change: change.into(),
+            sets: sets.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        })
+    };
+    if config.model.output_stride == 8 {
+        add("output stride 16", &[("model.output_stride", "16")]);
+    }
+    if config.train.precision == Precision::F32 {
+        add("bf16", &[("train.precision", "\"bf16\"")]);
+        add("f16", &[("train.precision", "\"f16\"")]);
+    }
+    if !config.train.checkpointing {
+        add("gradient checkpointing", &[("train.checkpointing", "true")]);
+    }
+    let mut ids = config.model.identity.clone();
+    let mut without = |id: &str, change: &str, add: &mut dyn FnMut(&str, &[(&str, &str)])| {
+        ids.push(id.to_string());
+        let list: Vec<String> = ids.iter().map(|i| format!("\"{i}\"")).collect();
+        let v = format!("[{}]", list.join(", "));
+        add(change, &[("model.identity", &v)]);
+        ids.pop();
+    };
+    if config.model.attention_heads > 0 && !config.model.identity.iter().any(|i| i == "attention") {
+        without("attention", "no attention", &mut add);
+    }
+    if config.model.aux_head && !config.model.identity.iter().any(|i| i == "aux_head") {
+        without("aux_head", "no aux head", &mut add);
+    }
+    if config.train.loss_resolution == LossResolution::Full {
+        add("quarter-resolution loss", &[("train.loss_resolution", "\"quarter\"")]);
+    }
+    if config.train.optimizer == Optimizer::Adamw {
+        add("SGD instead of AdamW", &[("train.optimizer", "\"sgd\"")]);
+    }
+    f
+}
+
+/// The whole space for `steps` (all when empty).
+pub fn build(config: &Config, steps: &[Step]) -> Space {
+    let arch = Architecture::new(config).expect("validated");
+    let on = |s: Step| steps.is_empty() || steps.contains(&s);
+    let mut axes = vec![];
+    if on(Step::Batch) {
+        axes.push(batch_axis(config, config.data.batch));
+    }
+    if on(Step::Size) {
+        axes.push(size_axis(config, 0));
+    }
+    if on(Step::Stride) {
+        axes.push(stride_axis(config));
+    }
+    if on(Step::Depth) {
+        axes.push(depth_axis(config, &arch));
+    }
+    if on(Step::Phase) {
+        axes.push(phase_axis(config));
+    }
+    let mut capacity = vec![];
+    if on(Step::Batch) {
+        let b = config.data.batch;
+        capacity.push(batch_axis(config, (b * 16).clamp(16, 1024)));
+    }
+    if on(Step::Size) {
+        let [h, _] = config.data.size;
+        capacity.push(size_axis(config, (h * 4).min(8192)));
+    }
+    Space {
+        axes,
+        capacity,
+        fixes: if on(Step::Fixes) { fixes(config) } else { vec![] },
+        modules: if on(Step::Modules) || on(Step::Minimal) {
+            module_items(config, &arch)
+        } else {
+            Modules {
+                key: "model.identity".into(),
+                fixed: arch.identity.clone(),
+                items: vec![],
+            }
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(size: [usize; 2], os: usize) -> Config {
+        let mut c = Config::example();
+        c.data.size = size;
+        c.model.output_stride = os;
+        c
+    }
+
+    #[test]
+    fn sizes_keep_aspect_and_end_at_the_original() {
+        let a = size_axis(&cfg([512, 1024], 16), 0);
+        assert_eq!(a.values[a.original].label, "512×1024");
+        assert_eq!(a.original, a.values.len() - 1);
+        assert_eq!(a.values[0].label, "32×64");
+        assert_eq!(a.values.len(), 16);
+        let a = size_axis(&cfg([520, 520], 8), 0);
+        assert_eq!(a.values.last().unwrap().label, "520×520");
+    }
+
+    #[test]
+    fn strides_ascend_in_memory() {
+        let a = stride_axis(&cfg([512, 512], 8));
+        let labels: Vec<_> = a.values.iter().map(|v| v.label.as_str()).collect();
+        assert_eq!(labels, ["OS32", "OS16", "OS8"]);
+        assert_eq!(a.original, 2);
+    }
+}

@@ -387,38 +387,54 @@ impl<B: burn::tensor::backend::AutodiffBackend> DeepLabV3Plus<B> {
         out.push(("aspp".into(), aspp.map(trainable_params).unwrap_or(0)));
         out.push((
             "aspp.branch0".into(),
-            aspp.and_then(|a| a.branch0.as_ref()).map(trainable_params).unwrap_or(0),
+            aspp.and_then(|a| a.branch0.as_ref())
+                .map(trainable_params)
+                .unwrap_or(0),
         ));
         for i in 0..3 {
             out.push((
                 format!("aspp.branch{}", i + 1),
-                aspp.and_then(|a| a.atrous[i].as_ref()).map(trainable_params).unwrap_or(0),
+                aspp.and_then(|a| a.atrous[i].as_ref())
+                    .map(trainable_params)
+                    .unwrap_or(0),
             ));
         }
         out.push((
             "aspp.pool".into(),
-            aspp.and_then(|a| a.pool.as_ref()).map(trainable_params).unwrap_or(0),
+            aspp.and_then(|a| a.pool.as_ref())
+                .map(trainable_params)
+                .unwrap_or(0),
         ));
         out.push((
             "aspp.project".into(),
             aspp.map(|a| trainable_params(&a.project)).unwrap_or(0),
         ));
         if self.arch.config.attention_heads > 0 {
-            out.push(("attention".into(), self.attention.as_ref().map(trainable_params).unwrap_or(0)));
+            out.push((
+                "attention".into(),
+                self.attention.as_ref().map(trainable_params).unwrap_or(0),
+            ));
         }
         if self.arch.config.aux_head {
-            out.push(("aux_head".into(), self.aux_head.as_ref().map(trainable_params).unwrap_or(0)));
+            out.push((
+                "aux_head".into(),
+                self.aux_head.as_ref().map(trainable_params).unwrap_or(0),
+            ));
         }
         let dec = self.decoder.as_ref();
         out.push(("decoder".into(), dec.map(trainable_params).unwrap_or(0)));
         out.push((
             "decoder.project".into(),
-            dec.and_then(|d| d.project.as_ref()).map(trainable_params).unwrap_or(0),
+            dec.and_then(|d| d.project.as_ref())
+                .map(trainable_params)
+                .unwrap_or(0),
         ));
         for k in 0..2 {
             out.push((
                 format!("decoder.fuse.{k}"),
-                dec.and_then(|d| d.fuse[k].as_ref()).map(trainable_params).unwrap_or(0),
+                dec.and_then(|d| d.fuse[k].as_ref())
+                    .map(trainable_params)
+                    .unwrap_or(0),
             ));
         }
         out.push(("classifier".into(), trainable_params(&self.classifier)));

@@ -186,11 +186,31 @@ fn training_changes_the_weights() {
 fn invalid_modules_and_stages_are_refused_with_the_key() {
     let c = small(&[]);
     for (set, key, text) in [
-        ("model.identity=[\"aspp.branch9\"]", "model.identity", "not a module"),
-        ("model.identity=[\"backbone.layer2.0\"]", "model.identity", "cannot be swapped"),
-        ("model.identity=[\"classifier\"]", "model.identity", "produces the logits"),
-        ("model.identity=[\"attention\"]", "model.identity", "not a module"),
-        ("model.truncate_after=\"backbone.layer9.0\"", "model.truncate_after", "not a stage"),
+        (
+            "model.identity=[\"aspp.branch9\"]",
+            "model.identity",
+            "not a module",
+        ),
+        (
+            "model.identity=[\"backbone.layer2.0\"]",
+            "model.identity",
+            "cannot be swapped",
+        ),
+        (
+            "model.identity=[\"classifier\"]",
+            "model.identity",
+            "produces the logits",
+        ),
+        (
+            "model.identity=[\"attention\"]",
+            "model.identity",
+            "not a module",
+        ),
+        (
+            "model.truncate_after=\"backbone.layer9.0\"",
+            "model.truncate_after",
+            "not a stage",
+        ),
     ] {
         let c = c.with_overrides(&[set]).unwrap();
         let e = Architecture::new(&c).unwrap_err();

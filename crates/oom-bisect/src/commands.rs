@@ -43,8 +43,16 @@ fn title(c: &Config) -> String {
         m.classes,
         c.train.precision.name(),
         c.train.optimizer,
-        if c.train.checkpointing { ", checkpointing" } else { "" },
-        if extras.is_empty() { String::new() } else { format!(", {}", extras.join(", ")) }
+        if c.train.checkpointing {
+            ", checkpointing"
+        } else {
+            ""
+        },
+        if extras.is_empty() {
+            String::new()
+        } else {
+            format!(", {}", extras.join(", "))
+        }
     )
     .replace("Sgd", "SGD")
     .replace("Adamw", "AdamW")
@@ -52,10 +60,19 @@ fn title(c: &Config) -> String {
 
 fn write_file(path: &Path, text: &str) -> Result<()> {
     if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(d)
-            .map_err(|e| user(code::UNWRITABLE, format!("cannot create {}: {e}", d.display())))?;
+        std::fs::create_dir_all(d).map_err(|e| {
+            user(
+                code::UNWRITABLE,
+                format!("cannot create {}: {e}", d.display()),
+            )
+        })?;
     }
-    std::fs::write(path, text).map_err(|e| user(code::UNWRITABLE, format!("cannot write {}: {e}", path.display())))
+    std::fs::write(path, text).map_err(|e| {
+        user(
+            code::UNWRITABLE,
+            format!("cannot write {}: {e}", path.display()),
+        )
+    })
 }
 
 /// The journal file of one experiment: the workload, backend and ceiling.
@@ -98,7 +115,9 @@ pub fn run_bisect(args: &BisectArgs) -> Result<(Workload, DeviceSettings, Bisect
         check_writable(j)?;
     }
     let exp = experiment_id(&w, &device);
-    let journal_path = args.journal.join(format!("{}-{}.jsonl", w.stem(), short_hash(&exp)));
+    let journal_path = args
+        .journal
+        .join(format!("{}-{}.jsonl", w.stem(), short_hash(&exp)));
     let journal = Journal::open(&journal_path, &exp, args.fresh)?;
     if journal.loaded() > 0 && !args.quiet {
         eprintln!(
@@ -162,7 +181,9 @@ pub fn bisect(args: &BisectArgs) -> Result<i32> {
     if let Some(m) = &d.minimal_failing {
         if let Ok(mut c) = w.config.with_overrides(&m.candidate.to_sets()) {
             c.device = Default::default();
-            let path: PathBuf = args.journal.join(format!("{}-minimal-failing.toml", w.stem()));
+            let path: PathBuf = args
+                .journal
+                .join(format!("{}-minimal-failing.toml", w.stem()));
             let text = format!(
                 "# The smallest configuration that still runs out of memory under {} on {},\n\
                  # found by `oom-bisect bisect --config {}`. Overrides of the original: {}\n{}",
@@ -183,7 +204,12 @@ pub fn bisect(args: &BisectArgs) -> Result<i32> {
         }
     }
     if reproduce.is_none() {
-        let sets: String = args.config.sets.iter().map(|s| format!(" --set '{s}'")).collect();
+        let sets: String = args
+            .config
+            .sets
+            .iter()
+            .map(|s| format!(" --set '{s}'"))
+            .collect();
         reproduce = Some(format!(
             "oom-bisect trial --config {}{sets} {}",
             w.path.display(),
@@ -226,7 +252,11 @@ pub fn trial(args: &TrialArgs) -> Result<i32> {
         Some("device-thread-oom") => Some(Fault::DeviceThreadOom),
         Some(f) => return Err(user(code::USAGE, format!("unknown fault `{f}`"))),
     };
-    eprintln!("oom-bisect: {} on {}", title(&w.config), backend_label(&device));
+    eprintln!(
+        "oom-bisect: {} on {}",
+        title(&w.config),
+        backend_label(&device)
+    );
     let r = run_trial(&w.config, &device, fault);
     print!("{}", report::trial_table(&r));
     if let Some(j) = &args.json {
@@ -266,11 +296,18 @@ pub fn inspect(args: &InspectArgs) -> Result<i32> {
     }
     let est = estimate::stages(&arch, c);
     println!("\nStages (ids for `truncate_after`), output shapes and estimated activation memory kept for backward:");
-    println!("  {:<26} {:<22} {:>12} {:>12}", "stage", "output [B, C, H, W]", "estimate", "cumulative");
+    println!(
+        "  {:<26} {:<22} {:>12} {:>12}",
+        "stage", "output [B, C, H, W]", "estimate", "cumulative"
+    );
     let mut acc = 0;
     for (i, s) in est.iter().enumerate() {
         acc += s.saved_bytes;
-        let cut = if arch.runs(i) { "" } else { "  (not run: truncated)" };
+        let cut = if arch.runs(i) {
+            ""
+        } else {
+            "  (not run: truncated)"
+        };
         println!(
             "  {:<26} {:<22} {:>12} {:>12}{cut}",
             s.id,
@@ -295,10 +332,24 @@ pub fn bench(args: &crate::cli::BenchArgs) -> Result<i32> {
     let (w, device, run) = run_bisect(&args.bisect)?;
     let d = &run.diagnosis;
     println!("bench: {} on {}", title(&w.config), backend_label(&device));
-    println!("diagnosis: {} trials, {:.1} s wall ({} answered from the journal)", d.trials.len(), run.wall_seconds, run.resumed);
-    println!("\n  {:<8} {:>7} {:>14} {:>16}", "axis", "trials", "confirmations", "plain bisection");
+    println!(
+        "diagnosis: {} trials, {:.1} s wall ({} answered from the journal)",
+        d.trials.len(),
+        run.wall_seconds,
+        run.resumed
+    );
+    println!(
+        "\n  {:<8} {:>7} {:>14} {:>16}",
+        "axis", "trials", "confirmations", "plain bisection"
+    );
     for a in d.axes.iter().chain(d.capacity.iter()) {
-        println!("  {:<8} {:>7} {:>14} {:>16}", a.axis, a.trials - a.confirmations, a.confirmations, a.plain_bisection);
+        println!(
+            "  {:<8} {:>7} {:>14} {:>16}",
+            a.axis,
+            a.trials - a.confirmations,
+            a.confirmations,
+            a.plain_bisection
+        );
     }
     // Reports in the order the trials ran.
     let reports: Vec<&oom_trial::TrialReport> = d
@@ -306,10 +357,22 @@ pub fn bench(args: &crate::cli::BenchArgs) -> Result<i32> {
         .iter()
         .filter_map(|t| run.reports.get(&(t.candidate.clone(), t.attempt)))
         .collect();
-    let mean = |v: &[f64]| if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
+    let mean = |v: &[f64]| {
+        if v.is_empty() {
+            0.0
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    };
     let walls: Vec<f64> = reports.iter().map(|r| r.wall_seconds).collect();
-    let steps: Vec<f64> = reports.iter().map(|r| r.steps.iter().map(|s| s.seconds).sum()).collect();
-    let first_steps: Vec<f64> = reports.iter().filter_map(|r| r.steps.first().map(|s| s.seconds)).collect();
+    let steps: Vec<f64> = reports
+        .iter()
+        .map(|r| r.steps.iter().map(|s| s.seconds).sum())
+        .collect();
+    let first_steps: Vec<f64> = reports
+        .iter()
+        .filter_map(|r| r.steps.first().map(|s| s.seconds))
+        .collect();
     let later: Vec<f64> = reports
         .iter()
         .flat_map(|r| r.steps.iter().skip(1).map(|s| s.seconds))
@@ -317,20 +380,53 @@ pub fn bench(args: &crate::cli::BenchArgs) -> Result<i32> {
     let overhead: Vec<f64> = reports
         .iter()
         .map(|r| {
-            let steady = r.steps.iter().skip(1).map(|s| s.seconds).fold(f64::NAN, f64::min);
+            let steady = r
+                .steps
+                .iter()
+                .skip(1)
+                .map(|s| s.seconds)
+                .fold(f64::NAN, f64::min);
             let n = r.steps.len() as f64;
-            if steady.is_finite() { r.wall_seconds - steady * n } else { r.wall_seconds - r.steps.iter().map(|s| s.seconds).sum::<f64>() }
+            if steady.is_finite() {
+                r.wall_seconds - steady * n
+            } else {
+                r.wall_seconds - r.steps.iter().map(|s| s.seconds).sum::<f64>()
+            }
         })
         .collect();
     println!("\nper trial (mean of {} trials that ran):", reports.len());
-    println!("  whole trial process                 {:>8.2} s", mean(&walls));
-    println!("  training steps (all, incl. first)   {:>8.2} s", mean(&steps));
-    println!("  first step (compilation, autotune)  {:>8.2} s", mean(&first_steps));
-    println!("  a later step                        {:>8.2} s", mean(&later));
-    println!("  overhead (process, context, build, compilation beyond a steady step) {:>8.2} s", mean(&overhead));
+    println!(
+        "  whole trial process                 {:>8.2} s",
+        mean(&walls)
+    );
+    println!(
+        "  training steps (all, incl. first)   {:>8.2} s",
+        mean(&steps)
+    );
+    println!(
+        "  first step (compilation, autotune)  {:>8.2} s",
+        mean(&first_steps)
+    );
+    println!(
+        "  a later step                        {:>8.2} s",
+        mean(&later)
+    );
+    println!(
+        "  overhead (process, context, build, compilation beyond a steady step) {:>8.2} s",
+        mean(&overhead)
+    );
     if let (Some(first), true) = (walls.first(), walls.len() > 1) {
-        println!("  first trial {:.2} s, later trials {:.2} s on average", first, mean(&walls[1..]));
+        println!(
+            "  first trial {:.2} s, later trials {:.2} s on average",
+            first,
+            mean(&walls[1..])
+        );
     }
-    println!("  kernel cache: {}", crate::cache::dir().map(|p| p.display().to_string()).unwrap_or_else(|| "off".into()));
+    println!(
+        "  kernel cache: {}",
+        crate::cache::dir()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "off".into())
+    );
     Ok(code::SUCCESS)
 }

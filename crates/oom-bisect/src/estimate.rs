@@ -45,14 +45,22 @@ pub fn stages(arch: &Architecture, config: &Config) -> Vec<StageEstimate> {
                     0
                 } else {
                     let p = spec.planes as u64;
-                    let body = if m.backbone.bottleneck() { 3 * p + 3 * p + 3 * 4 * p } else { 3 * p + 3 * p };
+                    let body = if m.backbone.bottleneck() {
+                        3 * p + 3 * p + 3 * 4 * p
+                    } else {
+                        3 * p + 3 * p
+                    };
                     let down = if spec.downsample { 2 * c as u64 } else { 0 };
                     px * (body + down + c as u64)
                 }
             }
             "aspp" if !arch.aspp_is_identity() => {
                 let ch = m.aspp_channels as u64;
-                let branches = 5 - arch.identity.iter().filter(|i| i.starts_with("aspp.")).count() as u64;
+                let branches = 5 - arch
+                    .identity
+                    .iter()
+                    .filter(|i| i.starts_with("aspp."))
+                    .count() as u64;
                 let sep = if m.separable { 2 } else { 1 };
                 px * (branches * 3 * ch * sep + branches * ch + 4 * ch)
             }
@@ -114,7 +122,11 @@ pub fn fake_trial(config: &Config, device: &DeviceSettings) -> TrialReport {
         if !arch.runs(i) {
             break;
         }
-        let saved = if config.train.checkpointing { s.saved_bytes / 3 } else { s.saved_bytes };
+        let saved = if config.train.checkpointing {
+            s.saved_bytes / 3
+        } else {
+            s.saved_bytes
+        };
         acc += (saved as f64 * scale) as u64;
         if acc > ceiling && oom.is_none() {
             oom = Some(OomInfo {
@@ -135,7 +147,11 @@ pub fn fake_trial(config: &Config, device: &DeviceSettings) -> TrialReport {
         });
     }
     // Backward holds the activations and the gradients of the largest ones at once.
-    let peak = if config.train.phase == Phase::Forward { acc } else { acc + (acc - fixed) / 4 };
+    let peak = if config.train.phase == Phase::Forward {
+        acc
+    } else {
+        acc + (acc - fixed) / 4
+    };
     if oom.is_none() && peak > ceiling {
         oom = Some(OomInfo {
             phase: Some(Phase::Backward),
@@ -146,7 +162,11 @@ pub fn fake_trial(config: &Config, device: &DeviceSettings) -> TrialReport {
         });
     }
     TrialReport {
-        outcome: if oom.is_some() { TrialOutcome::Oom } else { TrialOutcome::Fits },
+        outcome: if oom.is_some() {
+            TrialOutcome::Oom
+        } else {
+            TrialOutcome::Fits
+        },
         backend: Some(device.backend),
         device: Some("fake (analytic estimate)".into()),
         ceiling_bytes: device.ceiling_bytes,

@@ -5,7 +5,12 @@ pub const GPUS: &[(&str, &[&str], u64, &str)] = &[
     ("rtx3060", &["3060"], 12, "NVIDIA GeForce RTX 3060 12 GB"),
     ("rtx3080", &["3080"], 10, "NVIDIA GeForce RTX 3080 10 GB"),
     ("rtx3090", &["3090"], 24, "NVIDIA GeForce RTX 3090 24 GB"),
-    ("rtx4060ti", &["4060ti"], 16, "NVIDIA GeForce RTX 4060 Ti 16 GB"),
+    (
+        "rtx4060ti",
+        &["4060ti"],
+        16,
+        "NVIDIA GeForce RTX 4060 Ti 16 GB",
+    ),
     ("rtx4070", &["4070"], 12, "NVIDIA GeForce RTX 4070 12 GB"),
     ("rtx4080", &["4080"], 16, "NVIDIA GeForce RTX 4080 16 GB"),
     ("rtx4090", &["4090"], 24, "NVIDIA GeForce RTX 4090 24 GB"),

@@ -33,7 +33,10 @@ impl Journal {
     pub fn open(path: &Path, experiment: &str, fresh: bool) -> Result<Journal> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| {
-                user(code::UNWRITABLE, format!("cannot create journal directory {}: {e}", dir.display()))
+                user(
+                    code::UNWRITABLE,
+                    format!("cannot create journal directory {}: {e}", dir.display()),
+                )
             })?;
         }
         let mut known = HashMap::new();
@@ -53,7 +56,12 @@ impl Journal {
             .create(true)
             .append(true)
             .open(path)
-            .map_err(|e| user(code::UNWRITABLE, format!("cannot write journal {}: {e}", path.display())))?;
+            .map_err(|e| {
+                user(
+                    code::UNWRITABLE,
+                    format!("cannot write journal {}: {e}", path.display()),
+                )
+            })?;
         Ok(Journal {
             file: Some(file),
             experiment: experiment.to_string(),

@@ -35,7 +35,9 @@ fn main() {
             };
             std::process::exit(code);
         }
-        Command::Bisect(a) | Command::Bench(cli::BenchArgs { bisect: a }) if a.device.gpu.as_deref() == Some("help") => {
+        Command::Bisect(a) | Command::Bench(cli::BenchArgs { bisect: a })
+            if a.device.gpu.as_deref() == Some("help") =>
+        {
             print!("{}", gpus::table());
             Ok(exit_codes::SUCCESS)
         }

@@ -25,13 +25,18 @@ impl Progress {
             };
             b.set_draw_target(ProgressDrawTarget::stderr());
             b.set_style(
-                ProgressStyle::with_template("{spinner} [{elapsed_precise}] trial {pos}{len_part} {wide_msg}")
-                    .unwrap_or_else(|_| ProgressStyle::default_spinner())
-                    .with_key("len_part", move |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                ProgressStyle::with_template(
+                    "{spinner} [{elapsed_precise}] trial {pos}{len_part} {wide_msg}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_spinner())
+                .with_key(
+                    "len_part",
+                    move |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
                         if let Some(l) = s.len() {
                             let _ = write!(w, "/{l}");
                         }
-                    }),
+                    },
+                ),
             );
             b.enable_steady_tick(Duration::from_millis(120));
             b
@@ -77,7 +82,10 @@ impl Progress {
                 measurement,
             } => {
                 self.done += 1;
-                let secs = self.started.map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
+                let secs = self
+                    .started
+                    .map(|t| t.elapsed().as_secs_f64())
+                    .unwrap_or(0.0);
                 if let Some(b) = &self.bar {
                     b.set_position(self.done as u64);
                 }

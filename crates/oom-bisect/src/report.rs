@@ -31,9 +31,18 @@ fn peak(p: &Probe) -> String {
 }
 
 fn boundary_row(a: &AxisSearch) -> String {
-    let trials = format!("{} (+{} confirm; plain bisection {})", a.trials - a.confirmations, a.confirmations, a.plain_bisection);
+    let trials = format!(
+        "{} (+{} confirm; plain bisection {})",
+        a.trials - a.confirmations,
+        a.confirmations,
+        a.plain_bisection
+    );
     match &a.verdict {
-        AxisVerdict::Boundary { last_fit, first_oom, confirmed } => format!(
+        AxisVerdict::Boundary {
+            last_fit,
+            first_oom,
+            confirmed,
+        } => format!(
             "  {:<7} last fit {:<22} first OOM {:<22} trials {trials}{}",
             a.axis,
             format!("{} ({})", last_fit.label, peak(last_fit)),
@@ -51,7 +60,10 @@ pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
     let mut s = String::new();
     let ceiling = fmt_bytes(d.ceiling_bytes);
     if cx.fake {
-        let _ = writeln!(s, "*** FAKE TRIALS: answers come from the analytic estimate, not from runs ***");
+        let _ = writeln!(
+            s,
+            "*** FAKE TRIALS: answers come from the analytic estimate, not from runs ***"
+        );
     }
     let _ = writeln!(s, "oom-bisect: {}", cx.title);
     let _ = writeln!(s, "backend {}, ceiling {ceiling}", cx.backend);
@@ -67,11 +79,16 @@ pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
                         " in step {} after {}{}",
                         x.step.unwrap_or(0),
                         x.stage.as_deref().unwrap_or("start"),
-                        x.bytes.map(|b| format!(", allocating {}", fmt_bytes(b))).unwrap_or_default()
+                        x.bytes
+                            .map(|b| format!(", allocating {}", fmt_bytes(b)))
+                            .unwrap_or_default()
                     )
                 })
                 .unwrap_or_default();
-            let _ = writeln!(s, "Verdict: the original configuration runs OUT OF MEMORY under {ceiling}{at}.");
+            let _ = writeln!(
+                s,
+                "Verdict: the original configuration runs OUT OF MEMORY under {ceiling}{at}."
+            );
         }
         Outcome::Fits => {
             let p = o.peak_bytes.unwrap_or(0);
@@ -83,16 +100,28 @@ pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
             );
         }
         Outcome::Inconclusive => {
-            let _ = writeln!(s, "Verdict: the original configuration could not be measured: {}", o.note);
+            let _ = writeln!(
+                s,
+                "Verdict: the original configuration could not be measured: {}",
+                o.note
+            );
         }
     }
     if !d.axes.is_empty() {
-        let _ = writeln!(s, "\nBoundaries (one axis at a time, the others as configured):");
+        let _ = writeln!(
+            s,
+            "\nBoundaries (one axis at a time, the others as configured):"
+        );
         for a in &d.axes {
             let _ = writeln!(s, "{}", boundary_row(a));
         }
         if let Some(a) = d.axes.iter().find(|a| a.axis == "depth") {
-            if let AxisVerdict::Boundary { last_fit, first_oom, .. } = &a.verdict {
+            if let AxisVerdict::Boundary {
+                last_fit,
+                first_oom,
+                ..
+            } = &a.verdict
+            {
                 let _ = writeln!(
                     s,
                     "\nWhere memory crosses the ceiling: the model still fits truncated after {} ({}), and runs out \
@@ -104,7 +133,12 @@ pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
             }
         }
         if let Some(a) = d.axes.iter().find(|a| a.axis == "phase") {
-            if let AxisVerdict::Boundary { last_fit, first_oom, .. } = &a.verdict {
+            if let AxisVerdict::Boundary {
+                last_fit,
+                first_oom,
+                ..
+            } = &a.verdict
+            {
                 let why = match first_oom.label.as_str() {
                     "backward" => "the tensors saved for backward and the gradients",
                     "step" => "the optimizer state",
@@ -121,22 +155,38 @@ pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
         }
     }
     if !d.capacity.is_empty() {
-        let _ = writeln!(s, "\nCapacity (largest value that still fits, the others as configured):");
+        let _ = writeln!(
+            s,
+            "\nCapacity (largest value that still fits, the others as configured):"
+        );
         for a in &d.capacity {
             let _ = writeln!(s, "{}", boundary_row(a));
         }
     }
     match &d.modules {
-        Some(ModulesVerdict::Culprits { items, measurement, one_minimal, .. }) => {
+        Some(ModulesVerdict::Culprits {
+            items,
+            measurement,
+            one_minimal,
+            ..
+        }) => {
             let _ = writeln!(
                 s,
                 "\nModules: swapping {{{}}} for identity makes it fit ({}){}.",
                 items.join(", "),
-                measurement.peak_bytes.map(fmt_bytes).unwrap_or_else(|| measurement.outcome.to_string()),
-                if *one_minimal { "; swapping any one fewer does not (1-minimal)" } else { "; not proven 1-minimal (some probes were inconclusive)" }
+                measurement
+                    .peak_bytes
+                    .map(fmt_bytes)
+                    .unwrap_or_else(|| measurement.outcome.to_string()),
+                if *one_minimal {
+                    "; swapping any one fewer does not (1-minimal)"
+                } else {
+                    "; not proven 1-minimal (some probes were inconclusive)"
+                }
             );
         }
-        Some(ModulesVerdict::NoSetFits { message }) | Some(ModulesVerdict::Inconclusive { message }) => {
+        Some(ModulesVerdict::NoSetFits { message })
+        | Some(ModulesVerdict::Inconclusive { message }) => {
             let _ = writeln!(s, "\nModules: {message}.");
         }
         None => {}
@@ -151,7 +201,10 @@ pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
         });
         for f in fixes {
             let what = match f.measurement.outcome {
-                Outcome::Fits => format!("fits   peak {}", f.measurement.peak_bytes.map(fmt_bytes).unwrap_or_default()),
+                Outcome::Fits => format!(
+                    "fits   peak {}",
+                    f.measurement.peak_bytes.map(fmt_bytes).unwrap_or_default()
+                ),
                 Outcome::Oom => "OOM".into(),
                 Outcome::Inconclusive => format!("??     {}", f.measurement.note),
             };
@@ -162,7 +215,11 @@ pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
         let _ = writeln!(
             s,
             "\nMinimal failing configuration{}: {}",
-            if m.one_minimal { " (1-minimal)" } else { " (not proven 1-minimal)" },
+            if m.one_minimal {
+                " (1-minimal)"
+            } else {
+                " (not proven 1-minimal)"
+            },
             m.candidate
         );
         if let Some(p) = &cx.minimal_path {
@@ -174,7 +231,10 @@ pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
                 "  {:<40} {}",
                 n.change,
                 match n.measurement.outcome {
-                    Outcome::Fits => format!("fits, peak {}", n.measurement.peak_bytes.map(fmt_bytes).unwrap_or_default()),
+                    Outcome::Fits => format!(
+                        "fits, peak {}",
+                        n.measurement.peak_bytes.map(fmt_bytes).unwrap_or_default()
+                    ),
                     Outcome::Oom => "still OOM".into(),
                     Outcome::Inconclusive => format!("inconclusive: {}", n.measurement.note),
                 }
@@ -185,10 +245,21 @@ pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
         s,
         "\nTrials: {} run{} in {:.0} s{}.{}",
         d.trials.len(),
-        if cx.resumed > 0 { format!(" ({} answered from the journal)", cx.resumed) } else { String::new() },
+        if cx.resumed > 0 {
+            format!(" ({} answered from the journal)", cx.resumed)
+        } else {
+            String::new()
+        },
         cx.wall_seconds,
-        cx.journal.as_ref().map(|j| format!("; journal {j}")).unwrap_or_default(),
-        if d.budget_exhausted { " The trial budget (--max-trials) ran out: unmeasured steps are inconclusive." } else { "" }
+        cx.journal
+            .as_ref()
+            .map(|j| format!("; journal {j}"))
+            .unwrap_or_default(),
+        if d.budget_exhausted {
+            " The trial budget (--max-trials) ran out: unmeasured steps are inconclusive."
+        } else {
+            ""
+        }
     );
     if let Some(r) = &cx.reproduce {
         let _ = writeln!(s, "Reproduce with: {r}");
@@ -212,11 +283,25 @@ pub fn json(d: &Diagnosis, cx: &Context<'_>, backend: &str) -> Value {
         .chain(d.capacity.iter())
         .map(|a| {
             let (kind, last_fit, first_oom, message) = match &a.verdict {
-                AxisVerdict::Boundary { last_fit, first_oom, .. } => ("boundary", Some(last_fit), Some(first_oom), None),
-                AxisVerdict::NotTheCause { message, lowest } => ("not_the_cause", None, Some(lowest), Some(message)),
-                AxisVerdict::AllFit { message, highest } => ("all_fit", Some(highest), None, Some(message)),
-                AxisVerdict::Inconclusive { message, lo, hi, .. } => ("inconclusive", lo.as_ref(), hi.as_ref(), Some(message)),
-                AxisVerdict::Unstable { message, last_fit, first_oom } => ("unstable", Some(last_fit), Some(first_oom), Some(message)),
+                AxisVerdict::Boundary {
+                    last_fit,
+                    first_oom,
+                    ..
+                } => ("boundary", Some(last_fit), Some(first_oom), None),
+                AxisVerdict::NotTheCause { message, lowest } => {
+                    ("not_the_cause", None, Some(lowest), Some(message))
+                }
+                AxisVerdict::AllFit { message, highest } => {
+                    ("all_fit", Some(highest), None, Some(message))
+                }
+                AxisVerdict::Inconclusive {
+                    message, lo, hi, ..
+                } => ("inconclusive", lo.as_ref(), hi.as_ref(), Some(message)),
+                AxisVerdict::Unstable {
+                    message,
+                    last_fit,
+                    first_oom,
+                } => ("unstable", Some(last_fit), Some(first_oom), Some(message)),
             };
             json!({
                 "axis": a.axis,
@@ -286,12 +371,23 @@ pub fn trial_table(r: &TrialReport) -> String {
         r.context_bytes.map(fmt_bytes).unwrap_or_else(|| "-".into()),
     );
     if let Some(p) = r.params {
-        let _ = writeln!(s, "parameters: {p}   held between steps (parameters, optimizer state, batch): {}", r.base_bytes.map(fmt_bytes).unwrap_or_default());
+        let _ = writeln!(
+            s,
+            "parameters: {p}   held between steps (parameters, optimizer state, batch): {}",
+            r.base_bytes.map(fmt_bytes).unwrap_or_default()
+        );
     }
     let last_step = r.stages.iter().map(|x| x.step).max();
     if let Some(step) = last_step {
-        let _ = writeln!(s, "\nstep {step} (the last one reached), memory after each stage:");
-        let _ = writeln!(s, "  {:<26} {:<9} {:>12} {:>12}", "stage", "phase", "in use", "device");
+        let _ = writeln!(
+            s,
+            "\nstep {step} (the last one reached), memory after each stage:"
+        );
+        let _ = writeln!(
+            s,
+            "  {:<26} {:<9} {:>12} {:>12}",
+            "stage", "phase", "in use", "device"
+        );
         for x in r.stages.iter().filter(|x| x.step == step) {
             let _ = writeln!(
                 s,
@@ -311,7 +407,11 @@ pub fn trial_table(r: &TrialReport) -> String {
                 "  step {}  {:>7.2} s{}  in use after {:>10}  loss {:.4}",
                 st.step,
                 st.seconds,
-                if st.step == 0 { " (includes kernel compilation)" } else { "                              " },
+                if st.step == 0 {
+                    " (includes kernel compilation)"
+                } else {
+                    "                              "
+                },
                 fmt_bytes(st.in_use_after_bytes),
                 st.loss
             );
@@ -319,12 +419,23 @@ pub fn trial_table(r: &TrialReport) -> String {
     }
     if let Some(l) = r.leak_bytes_per_step {
         if l > 0 {
-            let _ = writeln!(s, "possible leak: in-use memory grows by {} per step after the first", fmt_bytes(l as u64));
+            let _ = writeln!(
+                s,
+                "possible leak: in-use memory grows by {} per step after the first",
+                fmt_bytes(l as u64)
+            );
         }
     }
     let _ = writeln!(s);
     if let Some(p) = r.peak_bytes {
-        let _ = writeln!(s, "peak: {}{}", fmt_bytes(p), r.ceiling_bytes.map(|c| format!(" of {}", fmt_bytes(c))).unwrap_or_default());
+        let _ = writeln!(
+            s,
+            "peak: {}{}",
+            fmt_bytes(p),
+            r.ceiling_bytes
+                .map(|c| format!(" of {}", fmt_bytes(c)))
+                .unwrap_or_default()
+        );
     }
     if let Some(o) = &r.oom {
         let _ = writeln!(
@@ -333,7 +444,9 @@ pub fn trial_table(r: &TrialReport) -> String {
             o.step.unwrap_or(0),
             o.phase.map(|p| p.name()).unwrap_or("setup"),
             o.stage.as_deref().unwrap_or("start"),
-            o.bytes.map(|b| format!(", allocating {}", fmt_bytes(b))).unwrap_or_default(),
+            o.bytes
+                .map(|b| format!(", allocating {}", fmt_bytes(b)))
+                .unwrap_or_default(),
             o.message
         );
     }

@@ -39,8 +39,14 @@ extern "C" fn on_interrupt(_: libc::c_int) {
 pub fn install_interrupt_handler() {
     // SAFETY: installs a handler that only calls async-signal-safe functions.
     unsafe {
-        libc::signal(libc::SIGINT, on_interrupt as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_interrupt as *const () as libc::sighandler_t);
+        libc::signal(
+            libc::SIGINT,
+            on_interrupt as *const () as libc::sighandler_t,
+        );
+        libc::signal(
+            libc::SIGTERM,
+            on_interrupt as *const () as libc::sighandler_t,
+        );
     }
 }
 
@@ -74,7 +80,11 @@ pub fn run_trial(config: &Config, device: &DeviceSettings, fault: Option<Fault>)
     let pgid = child.id() as i32;
     CHILD_GROUP.store(pgid, Ordering::SeqCst);
     if let Some(mut stdin) = child.stdin.take() {
-        let _ = stdin.write_all(serde_json::to_string(&request).expect("request serialises").as_bytes());
+        let _ = stdin.write_all(
+            serde_json::to_string(&request)
+                .expect("request serialises")
+                .as_bytes(),
+        );
     }
     let drain = |r: Option<Box<dyn Read + Send>>| {
         std::thread::spawn(move || {
@@ -85,8 +95,18 @@ pub fn run_trial(config: &Config, device: &DeviceSettings, fault: Option<Fault>)
             String::from_utf8_lossy(&s).into_owned()
         })
     };
-    let out = drain(child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
-    let err = drain(child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
 
     let exit = loop {
         match child.try_wait() {

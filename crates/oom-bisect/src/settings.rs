@@ -77,15 +77,18 @@ impl DeviceSettings {
             },
         };
         let (backend, device_name) = match backend {
-            _ if args.fake_trials => (backend.unwrap_or(BackendKind::Cpu), Some("fake (analytic estimate)".to_string())),
+            _ if args.fake_trials => (
+                backend.unwrap_or(BackendKind::Cpu),
+                Some("fake (analytic estimate)".to_string()),
+            ),
             Some(BackendKind::Cuda) => match oom_trial::cuda_device() {
                 Ok(name) => (BackendKind::Cuda, Some(name)),
-                Err(e) => {
-                    return Err(user(
-                        code::NO_DEVICE,
-                        format!("no CUDA device available ({e}); run on the CPU backend with --backend cpu"),
-                    ))
-                }
+                Err(e) => return Err(user(
+                    code::NO_DEVICE,
+                    format!(
+                        "no CUDA device available ({e}); run on the CPU backend with --backend cpu"
+                    ),
+                )),
             },
             Some(BackendKind::Cpu) => (BackendKind::Cpu, None),
             None => match oom_trial::cuda_device() {
@@ -102,7 +105,10 @@ impl DeviceSettings {
         // Flags override the file; the flags are mutually exclusive (clap), the file's keys too.
         let given: Vec<(&str, String)> = [
             ("--memory-limit", args.memory_limit.clone()),
-            ("--memory-fraction", args.memory_fraction.map(|f| f.to_string())),
+            (
+                "--memory-fraction",
+                args.memory_fraction.map(|f| f.to_string()),
+            ),
             ("--gpu", args.gpu.clone()),
         ]
         .into_iter()
@@ -110,7 +116,10 @@ impl DeviceSettings {
         .collect();
         let from_file: Vec<(&str, String)> = [
             ("device.memory_limit", file.memory_limit.clone()),
-            ("device.memory_fraction", file.memory_fraction.map(|f| f.to_string())),
+            (
+                "device.memory_fraction",
+                file.memory_fraction.map(|f| f.to_string()),
+            ),
             ("device.gpu", file.gpu.clone()),
         ]
         .into_iter()
@@ -121,7 +130,11 @@ impl DeviceSettings {
                 code::CONFIG_INVALID,
                 format!(
                     "the config sets {} at once; set only one ceiling",
-                    from_file.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(" and ")
+                    from_file
+                        .iter()
+                        .map(|(k, _)| *k)
+                        .collect::<Vec<_>>()
+                        .join(" and ")
                 ),
             ));
         }
@@ -135,7 +148,10 @@ impl DeviceSettings {
             Some((k, v)) if k.ends_with("fraction") => {
                 let f: f64 = v.parse().unwrap_or(f64::NAN);
                 if !(f > 0.0 && f <= 1.0) {
-                    return Err(user(code::BAD_CEILING, format!("{k}: {v} is not in (0, 1]")));
+                    return Err(user(
+                        code::BAD_CEILING,
+                        format!("{k}: {v} is not in (0, 1]"),
+                    ));
                 }
                 (Ceiling::Fraction(f), Some(format!("--memory-fraction {v}")))
             }
@@ -155,8 +171,12 @@ impl DeviceSettings {
             _ => None,
         };
         if backend == BackendKind::Cuda && !args.fake_trials {
-            let total = oom_trial::cuda_total_bytes()
-                .map_err(|e| user(code::NO_DEVICE, format!("cannot read the device's memory: {e}")))?;
+            let total = oom_trial::cuda_total_bytes().map_err(|e| {
+                user(
+                    code::NO_DEVICE,
+                    format!("cannot read the device's memory: {e}"),
+                )
+            })?;
             match ceiling {
                 Ceiling::Bytes(b) if b > total => {
                     return Err(user(
@@ -173,6 +193,24 @@ impl DeviceSettings {
                 Ceiling::Fraction(f) => ceiling_bytes = Some((total as f64 * f) as u64),
                 Ceiling::None => ceiling_bytes = Some(total),
                 _ => {}
+            }
+        }
+        if backend == BackendKind::Cpu {
+            let host = host_total();
+            if let Ceiling::Bytes(b) = ceiling {
+                if b > host {
+                    return Err(user(
+                        code::BAD_CEILING,
+                        format!(
+                            "the ceiling {} is larger than this host's memory ({}); the CPU backend's ceiling must fit in RAM",
+                            fmt_bytes(b),
+                            fmt_bytes(host)
+                        ),
+                    ));
+                }
+            }
+            if let Ceiling::Fraction(f) = ceiling {
+                ceiling_bytes = Some((host as f64 * f) as u64);
             }
         }
         if backend == BackendKind::Cpu && ceiling == Ceiling::None && !quiet {
@@ -220,6 +258,23 @@ pub fn check_writable(path: &Path) -> Result<()> {
         .create(true)
         .append(true)
         .open(path)
-        .map_err(|e| user(code::UNWRITABLE, format!("cannot write {}: {e}", path.display())))?;
+        .map_err(|e| {
+            user(
+                code::UNWRITABLE,
+                format!("cannot write {}: {e}", path.display()),
+            )
+        })?;
     Ok(())
+}
+
+/// Physical memory of this host.
+fn host_total() -> u64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let (pages, size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    (pages.max(0) as u64) * (size.max(0) as u64)
 }

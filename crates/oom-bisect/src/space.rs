@@ -41,13 +41,22 @@ fn size_axis(config: &Config, max_side: usize) -> Axis {
     sizes.push([h, w]);
     sizes.sort_by_key(|s| s[0] * s[1]);
     sizes.dedup();
-    let original = sizes.iter().position(|s| *s == [h, w]).expect("configured size present");
+    let original = sizes
+        .iter()
+        .position(|s| *s == [h, w])
+        .expect("configured size present");
     Axis {
         name: "size".into(),
         key: "data.size".into(),
         values: sizes
             .iter()
-            .map(|[a, b]| value(format!("[{a}, {b}]"), format!("{a}×{b}"), Some((a * b) as f64)))
+            .map(|[a, b]| {
+                value(
+                    format!("[{a}, {b}]"),
+                    format!("{a}×{b}"),
+                    Some((a * b) as f64),
+                )
+            })
             .collect(),
         original,
     }
@@ -80,7 +89,11 @@ fn depth_axis(config: &Config, arch: &Architecture) -> Axis {
             .enumerate()
             .map(|(i, s)| {
                 let label = s.id.trim_start_matches("backbone.").to_string();
-                let label = if i == last { format!("{label} (whole model)") } else { label };
+                let label = if i == last {
+                    format!("{label} (whole model)")
+                } else {
+                    label
+                };
                 value(format!("\"{}\"", s.id), label, None)
             })
             .collect(),
@@ -101,7 +114,10 @@ fn phase_axis(config: &Config) -> Axis {
             .iter()
             .map(|p| value(format!("\"{}\"", p.name()), p.name().into(), None))
             .collect(),
-        original: Phase::ALL.iter().position(|p| *p == config.train.phase).unwrap_or(2),
+        original: Phase::ALL
+            .iter()
+            .position(|p| *p == config.train.phase)
+            .unwrap_or(2),
     }
 }
 
@@ -139,7 +155,11 @@ fn module_items(config: &Config, arch: &Architecture) -> Modules {
     }
     heads.extend(["decoder.project", "decoder.fuse.0", "decoder.fuse.1"]);
     for id in heads {
-        if !fixed.iter().any(|f| f == id || (f == "aspp" && id.starts_with("aspp.")) || (f == "decoder" && id.starts_with("decoder."))) {
+        if !fixed.iter().any(|f| {
+            f == id
+                || (f == "aspp" && id.starts_with("aspp."))
+                || (f == "decoder" && id.starts_with("decoder."))
+        }) {
             items.push(ModuleItem {
                 label: id.into(),
                 ids: vec![id.into()],
@@ -158,7 +178,10 @@ fn fixes(config: &Config) -> Vec<Fix> {
     let mut add = |change: &str, sets: &[(&str, &str)]| {
         f.push(Fix {
             change: change.into(),
-            sets: sets.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            sets: sets
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         })
     };
     if config.model.output_stride == 8 {
@@ -186,7 +209,10 @@ fn fixes(config: &Config) -> Vec<Fix> {
         without("aux_head", "no aux head", &mut add);
     }
     if config.train.loss_resolution == LossResolution::Full {
-        add("quarter-resolution loss", &[("train.loss_resolution", "\"quarter\"")]);
+        add(
+            "quarter-resolution loss",
+            &[("train.loss_resolution", "\"quarter\"")],
+        );
     }
     if config.train.optimizer == Optimizer::Adamw {
         add("SGD instead of AdamW", &[("train.optimizer", "\"sgd\"")]);
@@ -226,7 +252,11 @@ pub fn build(config: &Config, steps: &[Step]) -> Space {
     Space {
         axes,
         capacity,
-        fixes: if on(Step::Fixes) { fixes(config) } else { vec![] },
+        fixes: if on(Step::Fixes) {
+            fixes(config)
+        } else {
+            vec![]
+        },
         modules: if on(Step::Modules) || on(Step::Minimal) {
             module_items(config, &arch)
         } else {

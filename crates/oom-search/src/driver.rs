@@ -336,7 +336,12 @@ fn index_on(axis: &Axis, c: &Candidate) -> usize {
 
 /// Lowers each axis of `cur` to the first value that still runs out of memory (in the context of the
 /// other axes as they are in `cur`), in turn, until none moves.
-fn shrink_axes(s: &mut Session<'_>, space: &Space, opts: &SearchOptions, mut cur: Candidate) -> Candidate {
+fn shrink_axes(
+    s: &mut Session<'_>,
+    space: &Space,
+    opts: &SearchOptions,
+    mut cur: Candidate,
+) -> Candidate {
     for _pass in 0..3 {
         let mut changed = false;
         for axis in &space.axes {
@@ -368,36 +373,11 @@ fn shrink_axes(s: &mut Session<'_>, space: &Space, opts: &SearchOptions, mut cur
     cur
 }
 
-/// Shrinks every axis and swaps out as many modules as possible while the configuration still runs
-/// out of memory: axes, then modules (ddmin over the modules still present), then axes again.
+/// The smallest configuration that still runs out of memory: every monotone axis lowered to a
+/// fixpoint, every module kept as configured (the modules that matter are what `culprits` reports;
+/// swapping more of them only makes the configuration less like the user's).
 fn minimise(s: &mut Session<'_>, space: &Space, opts: &SearchOptions) -> Minimal {
-    let mut cur = shrink_axes(s, space, opts, Candidate::original());
-    let mut kept: Vec<ModuleItem> = space.modules.items.clone();
-    let mut modules_minimal = true;
-    if opts.modules && !kept.is_empty() {
-        let base = cur.clone();
-        let items = kept.clone();
-        let swap_without = |keep: &[ModuleItem]| -> Vec<ModuleItem> {
-            items.iter().filter(|m| !keep.contains(m)).cloned().collect()
-        };
-        // Every module swapped may still fail: then none needs to stay.
-        let none_kept = as_bool(
-            &s.measure(&space.modules.candidate(&base, &items), Purpose::Minimise),
-            Outcome::Oom,
-        ) == Some(true);
-        if none_kept {
-            kept = vec![];
-        } else {
-            let r = ddmin(&items, &mut |keep| {
-                let c = space.modules.candidate(&base, &swap_without(keep));
-                as_bool(&s.measure(&c, Purpose::Minimise), Outcome::Oom)
-            });
-            modules_minimal = r.one_minimal;
-            kept = r.items;
-        }
-        cur = space.modules.candidate(&base, &swap_without(&kept));
-        cur = shrink_axes(s, space, opts, cur);
-    }
+    let cur = shrink_axes(s, space, opts, Candidate::original());
     let measurement = s.measure(&cur, Purpose::Minimise);
     // The passing neighbours: one step lower on each axis, one more module swapped.
     let mut neighbours = vec![];
@@ -419,26 +399,7 @@ fn minimise(s: &mut Session<'_>, space: &Space, opts: &SearchOptions) -> Minimal
             measurement: m,
         });
     }
-    if opts.modules {
-        for item in &kept {
-            let swap: Vec<ModuleItem> = space
-                .modules
-                .items
-                .iter()
-                .filter(|m| !kept.contains(m) || *m == item)
-                .cloned()
-                .collect();
-            let c = space.modules.candidate(&cur, &swap);
-            let m = s.measure(&c, Purpose::Minimise);
-            neighbours.push(Neighbour {
-                change: format!("swap {} for identity", item.label),
-                candidate: c,
-                measurement: m,
-            });
-        }
-    }
     let one_minimal = measurement.outcome == Outcome::Oom
-        && modules_minimal
         && neighbours
             .iter()
             .all(|n| n.measurement.outcome == Outcome::Fits);

@@ -41,7 +41,11 @@ impl Oracle for Line {
             m.note = "injected".into();
             return m;
         }
-        let mut m = Measurement::new(if i < self.boundary { Outcome::Fits } else { Outcome::Oom });
+        let mut m = Measurement::new(if i < self.boundary {
+            Outcome::Fits
+        } else {
+            Outcome::Oom
+        });
         if m.outcome == Outcome::Fits {
             m.peak_bytes = Some(100 + 10 * (i as u64 + 1));
             m.base_bytes = Some(100);
@@ -50,7 +54,13 @@ impl Oracle for Line {
     }
 }
 
-fn search(n: usize, boundary: usize, flaky: HashMap<usize, u32>, predict: bool, confirm: bool) -> AxisSearch {
+fn search(
+    n: usize,
+    boundary: usize,
+    flaky: HashMap<usize, u32>,
+    predict: bool,
+    confirm: bool,
+) -> AxisSearch {
     let a = axis("batch", "data.batch", n);
     let mut o = Line {
         key: a.key.clone(),
@@ -65,12 +75,25 @@ fn search(n: usize, boundary: usize, flaky: HashMap<usize, u32>, predict: bool, 
     let ceiling = 100 + 10 * boundary as u64 + 5;
     // The diagnosis measures the original first; an axis search finds it cached.
     s.measure(&Candidate::original(), Purpose::Original);
-    bisect_axis(&mut s, &a, &Candidate::original(), 0, n - 1, ceiling, predict, confirm)
+    bisect_axis(
+        &mut s,
+        &a,
+        &Candidate::original(),
+        0,
+        n - 1,
+        ceiling,
+        predict,
+        confirm,
+    )
 }
 
 fn check(n: usize, boundary: usize, r: &AxisSearch, inconclusive_allowed: bool) {
     match &r.verdict {
-        AxisVerdict::Boundary { last_fit, first_oom, .. } => {
+        AxisVerdict::Boundary {
+            last_fit,
+            first_oom,
+            ..
+        } => {
             assert_eq!(first_oom.index, boundary, "n={n} b={boundary} {r:?}");
             assert_eq!(last_fit.index + 1, boundary);
         }
@@ -110,7 +133,8 @@ fn persistent_inconclusive_at_every_position() {
                 for predict in [false, true] {
                     let r = search(n, boundary, HashMap::from([(bad, u32::MAX)]), predict, true);
                     // Only an unmeasurable value at the boundary or at an end may leave it open.
-                    let decisive = bad == boundary || bad + 1 == boundary || bad == 0 || bad == n - 1;
+                    let decisive =
+                        bad == boundary || bad + 1 == boundary || bad == 0 || bad == n - 1;
                     check(n, boundary, &r, decisive);
                 }
             }
@@ -136,7 +160,13 @@ fn two_inconclusive_values_anywhere() {
         for boundary in 1..n {
             for a in 0..n {
                 for b in a + 1..n {
-                    let r = search(n, boundary, HashMap::from([(a, u32::MAX), (b, u32::MAX)]), false, false);
+                    let r = search(
+                        n,
+                        boundary,
+                        HashMap::from([(a, u32::MAX), (b, u32::MAX)]),
+                        false,
+                        false,
+                    );
                     check(n, boundary, &r, true);
                 }
             }
@@ -195,7 +225,10 @@ const MODULES: [(&str, i64); 6] = [
 
 fn peak(c: &Candidate) -> i64 {
     let batch: i64 = c.get("data.batch").map(|v| v.parse().unwrap()).unwrap_or(8);
-    let stride: i64 = c.get("model.output_stride").map(|v| v.parse().unwrap()).unwrap_or(8);
+    let stride: i64 = c
+        .get("model.output_stride")
+        .map(|v| v.parse().unwrap())
+        .unwrap_or(8);
     let ids = c.get("model.identity").unwrap_or("[]");
     let modules: i64 = MODULES
         .iter()
@@ -210,10 +243,17 @@ const CEILING: i64 = 300;
 
 impl Oracle for Workload {
     fn run(&mut self, c: &Candidate, attempt: u32) -> Measurement {
-        assert!(self.seen.insert((c.clone(), attempt)), "ran twice: {c} attempt {attempt}");
+        assert!(
+            self.seen.insert((c.clone(), attempt)),
+            "ran twice: {c} attempt {attempt}"
+        );
         self.runs += 1;
         let p = peak(c);
-        let mut m = Measurement::new(if p <= CEILING { Outcome::Fits } else { Outcome::Oom });
+        let mut m = Measurement::new(if p <= CEILING {
+            Outcome::Fits
+        } else {
+            Outcome::Oom
+        });
         if p <= CEILING {
             m.peak_bytes = Some(p as u64);
             m.base_bytes = Some(100);
@@ -279,14 +319,24 @@ fn full_diagnosis_is_consistent_and_1_minimal() {
         peak(&c) <= CEILING
     });
     match (&batch.verdict, truth) {
-        (AxisVerdict::Boundary { last_fit, confirmed, .. }, Some(t)) => {
+        (
+            AxisVerdict::Boundary {
+                last_fit,
+                confirmed,
+                ..
+            },
+            Some(t),
+        ) => {
             assert_eq!(last_fit.label, t.to_string());
             assert!(confirmed);
         }
         (v, t) => panic!("{v:?} vs {t:?}"),
     }
     // Culprits from ddmin: swapping them fits, swapping any one fewer does not.
-    let Some(ModulesVerdict::Culprits { items, one_minimal, .. }) = &d.modules else {
+    let Some(ModulesVerdict::Culprits {
+        items, one_minimal, ..
+    }) = &d.modules
+    else {
         panic!("{:?}", d.modules)
     };
     assert!(*one_minimal);
@@ -307,11 +357,19 @@ fn full_diagnosis_is_consistent_and_1_minimal() {
     assert!(m.one_minimal, "{m:?}");
     assert!(!m.neighbours.is_empty());
     for n in &m.neighbours {
-        assert!(peak(&n.candidate) <= CEILING, "{}: {}", n.change, n.candidate);
+        assert!(
+            peak(&n.candidate) <= CEILING,
+            "{}: {}",
+            n.change,
+            n.candidate
+        );
     }
     // Fixes: measured, and the batch fix comes from the axis without a new trial.
     assert!(d.fixes.iter().any(|f| f.change == "output stride 16"));
-    assert!(d.fixes.iter().any(|f| f.change.starts_with("largest batch that fits")));
+    assert!(d
+        .fixes
+        .iter()
+        .any(|f| f.change.starts_with("largest batch that fits")));
     assert_eq!(d.trials.len(), o.runs);
     assert!(events.iter().any(|e| matches!(e, Event::Step { .. })));
 }
@@ -345,7 +403,11 @@ fn capacity_when_the_original_fits() {
         fn run(&mut self, c: &Candidate, _: u32) -> Measurement {
             let b: u64 = c.get("data.batch").map(|v| v.parse().unwrap()).unwrap_or(2);
             let p = 100 + 10 * b;
-            let mut m = Measurement::new(if p <= 250 { Outcome::Fits } else { Outcome::Oom });
+            let mut m = Measurement::new(if p <= 250 {
+                Outcome::Fits
+            } else {
+                Outcome::Oom
+            });
             m.peak_bytes = (p <= 250).then_some(p);
             m.base_bytes = Some(100);
             m
@@ -375,5 +437,9 @@ fn capacity_when_the_original_fits() {
     };
     assert_eq!(last_fit.label, "15");
     // top end + prediction + neighbour, plus two confirmations.
-    assert!(d.capacity[0].trials - d.capacity[0].confirmations <= 3, "{:?}", d.capacity[0]);
+    assert!(
+        d.capacity[0].trials - d.capacity[0].confirmations <= 3,
+        "{:?}",
+        d.capacity[0]
+    );
 }

@@ -151,6 +151,9 @@ mod tests {
         let mut b = [0u8; 20];
         assert_eq!(super::digits(0, &mut b), b"0");
         assert_eq!(super::digits(1234567890123, &mut b), b"1234567890123");
-        assert_eq!(super::digits(usize::MAX, &mut b), usize::MAX.to_string().as_bytes());
+        assert_eq!(
+            super::digits(usize::MAX, &mut b),
+            usize::MAX.to_string().as_bytes()
+        );
     }
 }

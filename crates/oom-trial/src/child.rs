@@ -107,7 +107,12 @@ pub fn main(request: &str) -> i32 {
 /// Host memory, for the CPU backend's fraction ceiling.
 fn host_total() -> u64 {
     // SAFETY: sysconf has no memory-safety preconditions.
-    let (pages, size) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    let (pages, size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
     (pages.max(0) as u64) * (size.max(0) as u64)
 }
 
@@ -180,7 +185,12 @@ fn run(req: &Request) -> Result<()> {
             };
             emit(&ChildEvent::Start {
                 backend: BackendKind::Cpu,
-                device: format!("cpu (burn-flex, {} threads)", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)),
+                device: format!(
+                    "cpu (burn-flex, {} threads)",
+                    std::thread::available_parallelism()
+                        .map(|n| n.get())
+                        .unwrap_or(1)
+                ),
                 ceiling_bytes,
                 context_bytes: crate::alloc::in_use() as u64,
                 total_bytes: total,
@@ -231,7 +241,7 @@ fn inject(fault: &Option<Fault>, stage: &str) {
     match (fault, stage) {
         (Some(Fault::Sleep), "backbone.stem") => {
             // A grandchild that must die with us: the parent kills the whole process group.
-            let _ = std::process::Command::new("sleep").arg("600").spawn();
+            let _ = std::process::Command::new("sleep").arg("6017").spawn();
             std::thread::sleep(Duration::from_secs(600));
         }
         (Some(Fault::BrokenModule), "aspp") => {

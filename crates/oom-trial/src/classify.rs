@@ -5,7 +5,9 @@
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MessageKind {
     /// An allocation was refused; the size when the message gives it.
-    AllocationFailure { bytes: Option<u64> },
+    AllocationFailure {
+        bytes: Option<u64>,
+    },
     /// An error that follows an allocation failure on burn-cuda (a freed or never-made page), which is
     /// not an OOM by itself.
     FollowOn,
@@ -62,9 +64,16 @@ mod tests {
     fn real_messages() {
         let text = include_str!("../tests/fixtures/messages.tsv");
         let mut n = 0;
-        for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        {
             let mut parts = line.splitn(3, '\t');
-            let (kind, bytes, msg) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap());
+            let (kind, bytes, msg) = (
+                parts.next().unwrap(),
+                parts.next().unwrap(),
+                parts.next().unwrap(),
+            );
             let bytes = (bytes != "-").then(|| bytes.parse::<u64>().unwrap());
             let want = match kind {
                 "oom" => MessageKind::AllocationFailure { bytes },

@@ -21,6 +21,11 @@ pub struct CudaCeiling {
 
 /// Whether a CUDA driver and at least one device are present.
 pub fn probe() -> Result<String> {
+    // cudarc panics when it cannot load the driver; ask first.
+    // SAFETY: only tries to load the shared library.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        bail!("no CUDA driver: libcuda.so could not be loaded");
+    }
     result::init().context("no CUDA driver (libcuda.so.1) could be initialised")?;
     let n = result::device::get_count().context("could not count CUDA devices")?;
     if n < 1 {
@@ -46,7 +51,8 @@ impl CudaCeiling {
         // SAFETY: `dev` is a valid device from `device::get`; the primary context is retained for the
         // life of the process and made current on this (the main) thread, as cubecl-cuda does.
         unsafe {
-            let ctx = result::primary_ctx::retain(dev).context("could not retain the primary context")?;
+            let ctx =
+                result::primary_ctx::retain(dev).context("could not retain the primary context")?;
             result::ctx::set_current(ctx).context("could not make the primary context current")?;
         }
         let (free, total) = mem_info()?;
@@ -78,7 +84,10 @@ impl CudaCeiling {
             // SAFETY: a plain device allocation that is never freed nor accessed: it only holds
             // memory until the process exits, which frees it.
             unsafe { result::malloc_sync(n) }.with_context(|| {
-                format!("could not reserve ballast ({} left to reserve)", crate::fmt_bytes(left as u64))
+                format!(
+                    "could not reserve ballast ({} left to reserve)",
+                    crate::fmt_bytes(left as u64)
+                )
             })?;
             ballast += n as u64;
             left -= n;

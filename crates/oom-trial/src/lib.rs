@@ -102,7 +102,9 @@ mod tests {
         assert_eq!(parse_size("1073741824").unwrap(), 1 << 30);
         assert_eq!(parse_size("1.5 GiB").unwrap(), 3 << 29);
         assert_eq!(parse_size("2GB").unwrap(), 2_000_000_000);
-        assert!(parse_size("24 parsecs").unwrap_err().contains("unknown unit"));
+        assert!(parse_size("24 parsecs")
+            .unwrap_err()
+            .contains("unknown unit"));
         assert!(parse_size("lots").is_err());
         assert!(parse_size("0").is_err());
         assert_eq!(fmt_bytes(3 << 29), "1.50 GiB");
@@ -110,9 +112,14 @@ mod tests {
 }
 
 /// Trainable parameters of a config's model, in total and per module id (built on the CPU backend).
-pub fn count_params(config: &deeplab::Config) -> Result<(usize, Vec<(String, usize)>), deeplab::ConfigError> {
+pub fn count_params(
+    config: &deeplab::Config,
+) -> Result<(usize, Vec<(String, usize)>), deeplab::ConfigError> {
     use burn::backend::{Autodiff, Flex};
     let arch = deeplab::Architecture::new(config)?;
     let model = deeplab::DeepLabV3Plus::<Autodiff<Flex>>::new(arch, &Default::default());
-    Ok((deeplab::model::trainable_params(&model), model.params_by_module()))
+    Ok((
+        deeplab::model::trainable_params(&model),
+        model.params_by_module(),
+    ))
 }

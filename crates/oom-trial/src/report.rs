@@ -206,7 +206,12 @@ pub struct TrialReport {
 }
 
 /// Assembles and classifies a trial from what the child left behind.
-pub fn assemble(events: &[ChildEvent], exit: ChildExit, stderr: &str, wall_seconds: f64) -> TrialReport {
+pub fn assemble(
+    events: &[ChildEvent],
+    exit: ChildExit,
+    stderr: &str,
+    wall_seconds: f64,
+) -> TrialReport {
     let mut r = TrialReport {
         outcome: TrialOutcome::Error,
         backend: None,
@@ -319,11 +324,7 @@ pub fn assemble(events: &[ChildEvent], exit: ChildExit, stderr: &str, wall_secon
     let allocation_failure = panics
         .iter()
         .map(|(t, m)| (format!("panic on thread '{t}': {m}"), classify_message(m)))
-        .chain(
-            stderr
-                .lines()
-                .map(|l| (l.to_string(), classify_message(l))),
-        )
+        .chain(stderr.lines().map(|l| (l.to_string(), classify_message(l))))
         .find(|(_, k)| matches!(k, MessageKind::AllocationFailure { .. }));
     if let Some((message, MessageKind::AllocationFailure { bytes })) = allocation_failure {
         r.outcome = TrialOutcome::Oom;
@@ -341,7 +342,9 @@ pub fn assemble(events: &[ChildEvent], exit: ChildExit, stderr: &str, wall_secon
             r.outcome = TrialOutcome::Timeout;
             r.error = Some(format!(
                 "killed after the time limit ({wall_seconds:.0} s), last at {}",
-                last_at.map(|l| format!("step {} {}", l.step, l.stage)).unwrap_or_else(|| "start".into())
+                last_at
+                    .map(|l| format!("step {} {}", l.step, l.stage))
+                    .unwrap_or_else(|| "start".into())
             ));
         }
         ChildExit::NotStarted(why) => {
@@ -356,7 +359,9 @@ pub fn assemble(events: &[ChildEvent], exit: ChildExit, stderr: &str, wall_secon
             ));
         }
         ChildExit::Code(code) => match done {
-            Some(check) if code == exit::FITS && check.is_finite() => r.outcome = TrialOutcome::Fits,
+            Some(check) if code == exit::FITS && check.is_finite() => {
+                r.outcome = TrialOutcome::Fits
+            }
             Some(check) if code == exit::FITS => {
                 r.outcome = TrialOutcome::Error;
                 r.error = Some(format!("the step read back a non-finite value ({check})"));
@@ -389,4 +394,3 @@ pub fn parse_events(stdout: &str) -> Vec<ChildEvent> {
         .filter_map(|l| serde_json::from_str::<ChildEvent>(l.trim()).ok())
         .collect()
 }
-

@@ -1,0 +1,38 @@
+# oom-bisect: common tasks. `just --list` shows them.
+
+# Build the release binary (CUDA support included; runs on the CPU backend without a GPU).
+build:
+    cargo build --release
+
+# Run the test suite, as CI does (CPU backend, no GPU needed).
+test:
+    cargo test --workspace
+
+# Formatting and lints, as CI checks them.
+lint:
+    cargo fmt --all -- --check
+    cargo clippy --workspace --all-targets -- -D warnings
+
+# Diagnose the quickstart config on the default backend (CPU when there is no GPU).
+bisect config="configs/quickstart.toml" *args="":
+    cargo run --release -- bisect --config {{config}} {{args}}
+
+# One measured trial with its per-stage memory table.
+trial config="configs/quickstart.toml" *args="":
+    cargo run --release -- trial --config {{config}} {{args}}
+
+# Module tree, shapes, parameter counts and activation estimate of a config.
+inspect config="configs/deeplabv3plus-r50-os8.toml":
+    cargo run --release -- inspect --config {{config}}
+
+# Time one diagnosis: trials per axis, per-trial overhead against the training steps.
+bench config="configs/quickstart.toml" *args="":
+    cargo run --release -- bench --config {{config}} --fresh {{args}}
+
+# The same on the GPU: the forum scenario under a 24 GiB ceiling.
+bench-gpu *args="":
+    cargo run --release -- bench --config configs/forum-r101-os8-1024.toml --backend cuda --fresh {{args}}
+
+# Trial counts of guided search against plain bisection on the shipped configs (fake trials).
+bench-search:
+    for c in configs/*.toml; do cargo run --release -q -- bench --config $c --fake-trials --fresh -q; done

@@ -1,0 +1,606 @@
+//! The real binary, driven as a user would: help, bad configs and their exit codes, trials of every
+//! outcome on the CPU backend, the JSON reports, the journal resumed after an interruption, and a full
+//! diagnosis of the quickstart config whose boundaries are re-run alone.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_oom-bisect");
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("oom-bisect-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn run(args: &[&str], dir: &Path) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .current_dir(dir)
+        .env("OOM_BISECT_KERNEL_CACHE", "")
+        .output()
+        .expect("run oom-bisect")
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A model small enough that a CPU trial takes about a second.
+const TINY: &str = r#"
+[model]
+backbone = "resnet18"
+output_stride = 16
+classes = 4
+aspp_channels = 32
+
+[data]
+batch = 2
+size = [64, 64]
+
+[train]
+steps = 2
+"#;
+
+fn write(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, body).unwrap();
+    p
+}
+
+fn json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn help_lists_commands_and_exit_codes() {
+    let d = tmp("help");
+    let o = run(&["--help"], &d);
+    assert_eq!(code(&o), 0);
+    let t = text(&o);
+    for w in [
+        "bisect",
+        "trial",
+        "inspect",
+        "bench",
+        "Exit codes:",
+        "125",
+        "no CUDA driver",
+    ] {
+        assert!(t.contains(w), "help lacks {w}:\n{t}");
+    }
+    assert!(!t.contains("__trial"), "the internal subcommand is hidden");
+    let o = run(&["bisect", "--help"], &d);
+    for w in [
+        "--memory-limit",
+        "--memory-fraction",
+        "--gpu",
+        "--axes",
+        "--max-trials",
+        "--trial-timeout",
+        "--json",
+        "--journal",
+        "--quiet",
+    ] {
+        assert!(text(&o).contains(w), "bisect --help lacks {w}");
+    }
+    let o = run(&["bisect", "--config", "x.toml", "--gpu", "help"], &d);
+    assert_eq!(code(&o), 0);
+    assert!(text(&o).contains("rtx3090"));
+}
+
+#[test]
+fn bad_configs_name_file_key_and_exit_code() {
+    let d = tmp("bad");
+    let good = write(&d, "good.toml", TINY);
+    let cases: Vec<(PathBuf, Vec<&str>, i32, Vec<&str>)> = vec![
+        (
+            write(&d, "typo.toml", &TINY.replace("batch = 2", "bach = 2")),
+            vec![],
+            11,
+            vec!["typo.toml", "data.bach", "did you mean `data.batch`"],
+        ),
+        (
+            write(
+                &d,
+                "stride.toml",
+                &TINY.replace("output_stride = 16", "output_stride = 12"),
+            ),
+            vec![],
+            11,
+            vec!["stride.toml", "model.output_stride", "allowed: 8, 16, 32"],
+        ),
+        (
+            d.join("missing.toml"),
+            vec![],
+            10,
+            vec!["cannot read config", "missing.toml"],
+        ),
+        (
+            write(&d, "broken.toml", "[model\nbackbone ="),
+            vec![],
+            11,
+            vec!["broken.toml", "not valid TOML"],
+        ),
+        (
+            good.clone(),
+            vec!["--set", "data.batch=0"],
+            11,
+            vec!["data.batch", "at least 1"],
+        ),
+        (
+            good.clone(),
+            vec!["--set", "data.size=[60, 64]"],
+            11,
+            vec!["data.size", "multiple of the output stride"],
+        ),
+        (
+            good.clone(),
+            vec!["--set", "model.identity=[\"aspp.branch7\"]"],
+            11,
+            vec!["model.identity", "not a module"],
+        ),
+        (
+            good.clone(),
+            vec!["--set", "model.depth=3"],
+            11,
+            vec!["model.depth", "unknown key"],
+        ),
+        (
+            good.clone(),
+            vec!["--memory-limit", "24 parsecs", "--backend", "cpu"],
+            13,
+            vec!["unknown unit"],
+        ),
+        (
+            good.clone(),
+            vec!["--memory-limit", "100TiB", "--backend", "cpu"],
+            13,
+            vec!["larger than"],
+        ),
+        (
+            good.clone(),
+            vec!["--gpu", "voodoo2", "--backend", "cpu"],
+            13,
+            vec!["unknown card", "rtx3090"],
+        ),
+        (
+            good.clone(),
+            vec!["--json", "/dev/null/report.json", "--backend", "cpu"],
+            14,
+            vec!["cannot"],
+        ),
+    ];
+    for (cfg, extra, want, words) in cases {
+        let mut args = vec!["trial", "--config", cfg.to_str().unwrap()];
+        args.extend(extra.iter());
+        let o = run(&args, &d);
+        let t = text(&o);
+        assert_eq!(code(&o), want, "{args:?}:\n{t}");
+        for w in words {
+            assert!(t.contains(w), "{args:?}: message lacks `{w}`:\n{t}");
+        }
+        assert!(!t.contains("panicked"), "{args:?} panicked:\n{t}");
+    }
+}
+
+#[test]
+fn no_cuda_device_suggests_cpu() {
+    if Path::new("/dev/nvidia0").exists() {
+        return; // a machine with a GPU: the error case cannot happen here
+    }
+    let d = tmp("nocuda");
+    let cfg = write(&d, "c.toml", TINY);
+    let o = run(
+        &[
+            "trial",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--backend",
+            "cuda",
+        ],
+        &d,
+    );
+    assert_eq!(code(&o), 12, "{}", text(&o));
+    assert!(text(&o).contains("--backend cpu"));
+}
+
+#[test]
+fn trial_fits_and_reports_json() {
+    let d = tmp("fits");
+    let cfg = write(&d, "c.toml", TINY);
+    let j = d.join("r.json");
+    let o = run(
+        &[
+            "trial",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--backend",
+            "cpu",
+            "--memory-limit",
+            "2GiB",
+            "--json",
+            j.to_str().unwrap(),
+        ],
+        &d,
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let t = text(&o);
+    assert!(
+        t.contains("backbone.layer4.1") && t.contains("backward") && t.contains("peak:"),
+        "{t}"
+    );
+    let r = json(&j);
+    assert_eq!(r["outcome"], "fits");
+    assert_eq!(r["backend"], "cpu");
+    assert_eq!(r["ceiling_bytes"], 2u64 << 30);
+    assert!(r["peak_bytes"].as_u64().unwrap() > 10 << 20);
+    assert!(r["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["name"] == "aspp"));
+    assert_eq!(r["steps"].as_array().unwrap().len(), 2);
+    assert!(r["oom"].is_null() && r["error"].is_null());
+}
+
+#[test]
+fn trial_under_a_small_ceiling_is_oom_with_its_stage() {
+    let d = tmp("oom");
+    let cfg = write(&d, "c.toml", TINY);
+    let j = d.join("r.json");
+    let o = run(
+        &[
+            "trial",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--backend",
+            "cpu",
+            "--memory-limit",
+            "48MiB",
+            "--json",
+            j.to_str().unwrap(),
+        ],
+        &d,
+    );
+    assert_eq!(code(&o), 3, "{}", text(&o));
+    let r = json(&j);
+    assert_eq!(r["outcome"], "oom");
+    assert!(r["oom"]["stage"].is_string(), "{r}");
+    assert!(r["oom"]["bytes"].as_u64().unwrap() > 0);
+    assert!(text(&o).contains("OUT OF MEMORY"));
+}
+
+#[test]
+fn a_broken_module_is_an_error_not_an_oom() {
+    let d = tmp("broken");
+    let cfg = write(&d, "c.toml", TINY);
+    let j = d.join("r.json");
+    let o = run(
+        &[
+            "trial",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--backend",
+            "cpu",
+            "--fault",
+            "broken-module",
+            "--json",
+            j.to_str().unwrap(),
+        ],
+        &d,
+    );
+    assert_eq!(code(&o), 125, "{}", text(&o));
+    let r = json(&j);
+    assert_eq!(r["outcome"], "error");
+    assert!(r["error"]
+        .as_str()
+        .unwrap()
+        .contains("deliberately broken module"));
+    assert!(r["oom"].is_null());
+}
+
+#[test]
+fn a_panic_on_a_device_thread_is_never_a_fit() {
+    // burn-cuda's OOM: the device thread panics, the main thread may carry on and "finish".
+    let d = tmp("devthread");
+    let cfg = write(&d, "c.toml", TINY);
+    let j = d.join("r.json");
+    let o = run(
+        &[
+            "trial",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--backend",
+            "cpu",
+            "--fault",
+            "device-thread-oom",
+            "--json",
+            j.to_str().unwrap(),
+        ],
+        &d,
+    );
+    assert_eq!(code(&o), 3, "{}", text(&o));
+    let r = json(&j);
+    assert_eq!(r["outcome"], "oom");
+    assert_eq!(r["oom"]["bytes"], 42949672960u64);
+}
+
+fn processes_with(needle: &str) -> Vec<String> {
+    let mut out = vec![];
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(c) = std::fs::read(e.path().join("cmdline")) {
+            let c = String::from_utf8_lossy(&c).replace('\0', " ");
+            if c.contains(needle) {
+                out.push(format!("{}: {c}", e.file_name().to_string_lossy()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_trial_past_its_limit_is_a_timeout_and_leaves_nothing_behind() {
+    let d = tmp("timeout");
+    let cfg = write(&d, "c.toml", TINY);
+    let j = d.join("r.json");
+    let t0 = Instant::now();
+    let o = run(
+        &[
+            "trial",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--backend",
+            "cpu",
+            "--fault",
+            "sleep",
+            "--trial-timeout",
+            "3",
+            "--json",
+            j.to_str().unwrap(),
+        ],
+        &d,
+    );
+    assert_eq!(code(&o), 125, "{}", text(&o));
+    assert!(t0.elapsed() < Duration::from_secs(60));
+    assert_eq!(json(&j)["outcome"], "timeout");
+    std::thread::sleep(Duration::from_millis(300));
+    // The child's own child (`sleep 6017`) was killed with its process group.
+    assert!(
+        processes_with("sleep 6017").is_empty(),
+        "{:?}",
+        processes_with("sleep 6017")
+    );
+}
+
+#[test]
+fn inspect_prints_ids_and_the_exact_parameter_count() {
+    let d = tmp("inspect");
+    let o = run(
+        &[
+            "inspect",
+            "--config",
+            root()
+                .join("configs/deeplabv3plus-r50-os8.toml")
+                .to_str()
+                .unwrap(),
+        ],
+        &d,
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let t = text(&o);
+    assert!(t.contains("trainable parameters: 40352181"), "{t}");
+    for id in [
+        "backbone.layer3.5",
+        "aspp.branch2",
+        "aspp.pool",
+        "decoder.fuse.1",
+        "classifier",
+    ] {
+        assert!(t.contains(id), "{id}");
+    }
+    let o = run(
+        &[
+            "inspect",
+            "--config",
+            root()
+                .join("configs/deeplabv3plus-r101-os8.toml")
+                .to_str()
+                .unwrap(),
+        ],
+        &d,
+    );
+    assert!(text(&o).contains("trainable parameters: 59344309"));
+}
+
+#[test]
+fn fake_bisect_json_has_every_field() {
+    let d = tmp("fakejson");
+    let cfg = root().join("configs/forum-r101-os8-1024.toml");
+    let j = d.join("d.json");
+    let o = run(
+        &[
+            "bisect",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--fake-trials",
+            "--journal",
+            d.join("j").to_str().unwrap(),
+            "--json",
+            j.to_str().unwrap(),
+            "-q",
+        ],
+        &d,
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let t = text(&o);
+    assert!(t.contains("FAKE TRIALS"));
+    assert!(
+        t.contains("Reproduce with: oom-bisect trial --config"),
+        "{t}"
+    );
+    let r = json(&j);
+    assert_eq!(r["original"]["outcome"], "oom");
+    assert!(r["ceiling_bytes"].as_u64().unwrap() == 24u64 << 30);
+    assert!(r["backend"].is_string());
+    let b = r["boundaries"].as_array().unwrap();
+    assert!(
+        b.iter()
+            .any(|x| x["axis"] == "batch" && x["last_fit"]["peak_bytes"].is_u64()),
+        "{b:?}"
+    );
+    assert!(r["minimal_failing"]["config"]["model"].is_object());
+    assert!(r["fixes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|f| f["change"].is_string() && f["outcome"].is_string()));
+    assert!(r["trials"]["count"].as_u64().unwrap() > 5);
+    assert!(r["trials"]["list"].as_array().unwrap().len() > 5);
+    let min = r["minimal_failing"]["file"].as_str().unwrap();
+    assert!(Path::new(&d.join(min)).exists() || Path::new(min).exists());
+}
+
+#[test]
+fn the_journal_resumes_an_interrupted_bisect() {
+    let d = tmp("resume");
+    let cfg = write(&d, "c.toml", TINY);
+    let journal = d.join("j");
+    let args = [
+        "bisect",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--backend",
+        "cpu",
+        "--memory-limit",
+        "80MiB",
+        "--axes",
+        "batch,size",
+        "--journal",
+        journal.to_str().unwrap(),
+    ];
+    let mut child = Command::new(BIN)
+        .args(args)
+        .current_dir(&d)
+        .env("OOM_BISECT_KERNEL_CACHE", "")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Interrupt once two trials are in the journal.
+    let t0 = Instant::now();
+    let lines = || -> usize {
+        std::fs::read_dir(&journal)
+            .ok()
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
+            .map(|e| {
+                std::fs::read_to_string(e.path())
+                    .unwrap_or_default()
+                    .lines()
+                    .count()
+            })
+            .sum()
+    };
+    while lines() < 2 && t0.elapsed() < Duration::from_secs(240) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // SAFETY: signals our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    let before = lines();
+    assert!(before >= 2);
+    let o = run(&args, &d);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let t = text(&o);
+    assert!(
+        t.contains(&format!("resuming: {before} trials already in")),
+        "{t}"
+    );
+    assert!(t.contains("answered from the journal"), "{t}");
+}
+
+/// The README's main command, then every reported boundary re-run alone with `trial`.
+#[test]
+fn quickstart_bisect_on_cpu_boundaries_hold() {
+    let d = tmp("quickstart");
+    let cfg = root().join("configs/quickstart.toml");
+    let j = d.join("q.json");
+    let o = run(
+        &[
+            "bisect",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--journal",
+            d.join("out").to_str().unwrap(),
+            "--json",
+            j.to_str().unwrap(),
+        ],
+        &d,
+    );
+    let t = text(&o);
+    assert_eq!(code(&o), 0, "{t}");
+    assert!(
+        t.contains("Verdict: the original configuration runs OUT OF MEMORY"),
+        "{t}"
+    );
+    assert!(
+        t.contains("Reproduce with: oom-bisect trial --config"),
+        "{t}"
+    );
+    let r = json(&j);
+    let mut checked = 0;
+    for b in r["boundaries"].as_array().unwrap() {
+        if b["kind"] != "boundary" {
+            continue;
+        }
+        for (side, want) in [("last_fit", 0), ("first_oom", 3)] {
+            let mut args: Vec<String> = vec![
+                "trial".into(),
+                "--config".into(),
+                cfg.to_str().unwrap().into(),
+            ];
+            for s in b[side]["candidate"].as_array().unwrap() {
+                args.push("--set".into());
+                args.push(s.as_str().unwrap().into());
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let o = run(&args, &d);
+            assert_eq!(
+                code(&o),
+                want,
+                "{} {side} {args:?}:\n{}",
+                b["axis"],
+                text(&o)
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 4, "{t}");
+    let min = r["minimal_failing"]["file"].as_str().unwrap();
+    let o = run(&["trial", "--config", min], &d);
+    assert_eq!(
+        code(&o),
+        3,
+        "the minimal failing configuration fails alone:\n{}",
+        text(&o)
+    );
+}

@@ -208,9 +208,30 @@ fn run(req: &Request) -> Result<()> {
     }
 }
 
+/// Points cubecl's compilation (PTX) and autotune caches at the directory the parent chose, so that
+/// kernels compiled and tuned by one trial are reused by the next instead of compiled again in every
+/// process. Must run before cubecl reads its configuration.
+#[cfg(feature = "cuda")]
+fn configure_kernel_cache() {
+    use cubecl::config::cache::CacheConfig;
+    use cubecl::config::{CubeClRuntimeConfig, RuntimeConfig};
+    let Some(dir) = std::env::var_os("OOM_BISECT_KERNEL_CACHE").filter(|d| !d.is_empty()) else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir);
+    if std::fs::create_dir_all(&dir).is_err() {
+        return;
+    }
+    let mut c = CubeClRuntimeConfig::from_current_dir().override_from_env();
+    c.compilation.cache = Some(CacheConfig::File(dir.join("compilation")));
+    c.autotune.cache = CacheConfig::File(dir.join("autotune"));
+    CubeClRuntimeConfig::set(c);
+}
+
 #[cfg(feature = "cuda")]
 fn run_cuda(config: &Config, req: &Request) -> Result<()> {
     use burn::backend::Cuda;
+    configure_kernel_cache();
     let ceiling = crate::cuda::CudaCeiling::install(req.ceiling)?;
     emit(&ChildEvent::Start {
         backend: BackendKind::Cuda,

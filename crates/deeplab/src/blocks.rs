@@ -57,6 +57,8 @@ pub struct SeparableConv<B: Backend> {
 }
 
 /// A 3×3 convolution block of the ASPP or the decoder, plain or depthwise-separable.
+// Built once per model; boxing would only add indirection to burn's derived Module impl.
+#[allow(clippy::large_enum_variant)]
 #[derive(Module, Debug)]
 pub enum Conv3x3<B: Backend> {
     Plain(ConvBnRelu<B>),
@@ -133,6 +135,7 @@ pub struct Bottleneck<B: Backend> {
     pub downsample: Option<Downsample<B>>,
 }
 
+#[allow(clippy::large_enum_variant)]
 #[derive(Module, Debug)]
 pub enum Block<B: Backend> {
     Basic(BasicBlock<B>),

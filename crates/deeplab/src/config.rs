@@ -531,7 +531,7 @@ impl Config {
                 "must be at least 1",
             ));
         }
-        if m.attention_heads > 0 && m.aspp_channels % m.attention_heads != 0 {
+        if m.attention_heads > 0 && !m.aspp_channels.is_multiple_of(m.attention_heads) {
             return Err(ConfigError::new(
                 "model.attention_heads",
                 format!(
@@ -547,7 +547,7 @@ impl Config {
         for (i, side) in d.size.iter().enumerate() {
             // The stem and layer1 always downsample by 4; deeper stages by the output stride.
             let multiple = m.output_stride.max(4);
-            if *side == 0 || side % multiple != 0 {
+            if *side == 0 || !side.is_multiple_of(multiple) {
                 return Err(ConfigError::new(
                     "data.size",
                     format!(

@@ -152,7 +152,7 @@ impl<B: AutodiffBackend> Trainer<B> {
                 + cross_entropy(aux, labels_at(self.labels.clone(), [h, w])).mul_scalar(AUX_WEIGHT);
         }
         at(Point::Loss);
-        let result = match self.phase {
+        match self.phase {
             Phase::Forward => {
                 let loss = read_scalar(loss.clone());
                 self.model = Some(model);
@@ -196,8 +196,7 @@ impl<B: AutodiffBackend> Trainer<B> {
                     }
                 }
             }
-        };
-        result
+        }
     }
 }
 

@@ -83,12 +83,14 @@ impl DeviceSettings {
             ),
             Some(BackendKind::Cuda) => match oom_trial::cuda_device() {
                 Ok(name) => (BackendKind::Cuda, Some(name)),
-                Err(e) => return Err(user(
-                    code::NO_DEVICE,
-                    format!(
+                Err(e) => {
+                    return Err(user(
+                        code::NO_DEVICE,
+                        format!(
                         "no CUDA device available ({e}); run on the CPU backend with --backend cpu"
                     ),
-                )),
+                    ))
+                }
             },
             Some(BackendKind::Cpu) => (BackendKind::Cpu, None),
             None => match oom_trial::cuda_device() {

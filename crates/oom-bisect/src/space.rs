@@ -194,19 +194,24 @@ fn fixes(config: &Config) -> Vec<Fix> {
     if !config.train.checkpointing {
         add("gradient checkpointing", &[("train.checkpointing", "true")]);
     }
-    let mut ids = config.model.identity.clone();
-    let mut without = |id: &str, change: &str, add: &mut dyn FnMut(&str, &[(&str, &str)])| {
-        ids.push(id.to_string());
-        let list: Vec<String> = ids.iter().map(|i| format!("\"{i}\"")).collect();
-        let v = format!("[{}]", list.join(", "));
-        add(change, &[("model.identity", &v)]);
-        ids.pop();
+    // The configured identity list plus one more module, as a TOML list.
+    let plus = |id: &str| {
+        let list: Vec<String> = config
+            .model
+            .identity
+            .iter()
+            .map(String::as_str)
+            .chain([id])
+            .map(|i| format!("\"{i}\""))
+            .collect();
+        format!("[{}]", list.join(", "))
     };
-    if config.model.attention_heads > 0 && !config.model.identity.iter().any(|i| i == "attention") {
-        without("attention", "no attention", &mut add);
+    let swapped = |id: &str| config.model.identity.iter().any(|i| i == id);
+    if config.model.attention_heads > 0 && !swapped("attention") {
+        add("no attention", &[("model.identity", &plus("attention"))]);
     }
-    if config.model.aux_head && !config.model.identity.iter().any(|i| i == "aux_head") {
-        without("aux_head", "no aux head", &mut add);
+    if config.model.aux_head && !swapped("aux_head") {
+        add("no aux head", &[("model.identity", &plus("aux_head"))]);
     }
     if config.train.loss_resolution == LossResolution::Full {
         add(

@@ -91,6 +91,19 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     Ok(v as u64)
 }
 
+/// Trainable parameters of a config's model, in total and per module id (built on the CPU backend).
+pub fn count_params(
+    config: &deeplab::Config,
+) -> Result<(usize, Vec<(String, usize)>), deeplab::ConfigError> {
+    use burn::backend::{Autodiff, Flex};
+    let arch = deeplab::Architecture::new(config)?;
+    let model = deeplab::DeepLabV3Plus::<Autodiff<Flex>>::new(arch, &Default::default());
+    Ok((
+        deeplab::model::trainable_params(&model),
+        model.params_by_module(),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,17 +122,4 @@ mod tests {
         assert!(parse_size("0").is_err());
         assert_eq!(fmt_bytes(3 << 29), "1.50 GiB");
     }
-}
-
-/// Trainable parameters of a config's model, in total and per module id (built on the CPU backend).
-pub fn count_params(
-    config: &deeplab::Config,
-) -> Result<(usize, Vec<(String, usize)>), deeplab::ConfigError> {
-    use burn::backend::{Autodiff, Flex};
-    let arch = deeplab::Architecture::new(config)?;
-    let model = deeplab::DeepLabV3Plus::<Autodiff<Flex>>::new(arch, &Default::default());
-    Ok((
-        deeplab::model::trainable_params(&model),
-        model.params_by_module(),
-    ))
 }

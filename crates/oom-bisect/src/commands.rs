@@ -180,7 +180,13 @@ pub fn bisect(args: &BisectArgs) -> Result<i32> {
     let mut reproduce = None;
     if let Some(m) = &d.minimal_failing {
         if let Ok(mut c) = w.config.with_overrides(&m.candidate.to_sets()) {
-            c.device = Default::default();
+            // The file reproduces on its own: the backend and the ceiling in force are written in.
+            c.device = deeplab::DeviceConfig {
+                backend: Some(device.backend.name().to_string()),
+                memory_limit: (d.ceiling_bytes > 0).then(|| d.ceiling_bytes.to_string()),
+                memory_fraction: None,
+                gpu: None,
+            };
             let path: PathBuf = args
                 .journal
                 .join(format!("{}-minimal-failing.toml", w.stem()));

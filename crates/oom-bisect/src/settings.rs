@@ -197,7 +197,7 @@ impl DeviceSettings {
                 _ => {}
             }
         }
-        if backend == BackendKind::Cpu {
+        if backend == BackendKind::Cpu && !args.fake_trials {
             let host = host_total();
             if let Ceiling::Bytes(b) = ceiling {
                 if b > host {

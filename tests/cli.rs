@@ -67,6 +67,29 @@ fn json(path: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
+/// A trial of the tiny config on the CPU backend with `extra` flags: its output and JSON report.
+fn tiny_trial(name: &str, extra: &[&str]) -> (Output, Value) {
+    let d = tmp(name);
+    let cfg = write(&d, "c.toml", TINY);
+    let j = d.join("r.json");
+    let mut args = vec![
+        "trial",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--backend",
+        "cpu",
+        "--json",
+        j.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    let o = run(&args, &d);
+    let r = std::fs::read_to_string(&j)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(Value::Null);
+    (o, r)
+}
+
 #[test]
 fn help_lists_commands_and_exit_codes() {
     let d = tmp("help");
@@ -222,30 +245,13 @@ fn no_cuda_device_suggests_cpu() {
 
 #[test]
 fn trial_fits_and_reports_json() {
-    let d = tmp("fits");
-    let cfg = write(&d, "c.toml", TINY);
-    let j = d.join("r.json");
-    let o = run(
-        &[
-            "trial",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--backend",
-            "cpu",
-            "--memory-limit",
-            "2GiB",
-            "--json",
-            j.to_str().unwrap(),
-        ],
-        &d,
-    );
+    let (o, r) = tiny_trial("fits", &["--memory-limit", "2GiB"]);
     assert_eq!(code(&o), 0, "{}", text(&o));
     let t = text(&o);
     assert!(
         t.contains("backbone.layer4.1") && t.contains("backward") && t.contains("peak:"),
         "{t}"
     );
-    let r = json(&j);
     assert_eq!(r["outcome"], "fits");
     assert_eq!(r["backend"], "cpu");
     assert_eq!(r["ceiling_bytes"], 2u64 << 30);
@@ -261,25 +267,8 @@ fn trial_fits_and_reports_json() {
 
 #[test]
 fn trial_under_a_small_ceiling_is_oom_with_its_stage() {
-    let d = tmp("oom");
-    let cfg = write(&d, "c.toml", TINY);
-    let j = d.join("r.json");
-    let o = run(
-        &[
-            "trial",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--backend",
-            "cpu",
-            "--memory-limit",
-            "48MiB",
-            "--json",
-            j.to_str().unwrap(),
-        ],
-        &d,
-    );
+    let (o, r) = tiny_trial("oom", &["--memory-limit", "48MiB"]);
     assert_eq!(code(&o), 3, "{}", text(&o));
-    let r = json(&j);
     assert_eq!(r["outcome"], "oom");
     assert!(r["oom"]["stage"].is_string(), "{r}");
     assert!(r["oom"]["bytes"].as_u64().unwrap() > 0);
@@ -288,25 +277,8 @@ fn trial_under_a_small_ceiling_is_oom_with_its_stage() {
 
 #[test]
 fn a_broken_module_is_an_error_not_an_oom() {
-    let d = tmp("broken");
-    let cfg = write(&d, "c.toml", TINY);
-    let j = d.join("r.json");
-    let o = run(
-        &[
-            "trial",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--backend",
-            "cpu",
-            "--fault",
-            "broken-module",
-            "--json",
-            j.to_str().unwrap(),
-        ],
-        &d,
-    );
+    let (o, r) = tiny_trial("broken", &["--fault", "broken-module"]);
     assert_eq!(code(&o), 125, "{}", text(&o));
-    let r = json(&j);
     assert_eq!(r["outcome"], "error");
     assert!(r["error"]
         .as_str()
@@ -318,25 +290,8 @@ fn a_broken_module_is_an_error_not_an_oom() {
 #[test]
 fn a_panic_on_a_device_thread_is_never_a_fit() {
     // burn-cuda's OOM: the device thread panics, the main thread may carry on and "finish".
-    let d = tmp("devthread");
-    let cfg = write(&d, "c.toml", TINY);
-    let j = d.join("r.json");
-    let o = run(
-        &[
-            "trial",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--backend",
-            "cpu",
-            "--fault",
-            "device-thread-oom",
-            "--json",
-            j.to_str().unwrap(),
-        ],
-        &d,
-    );
+    let (o, r) = tiny_trial("devthread", &["--fault", "device-thread-oom"]);
     assert_eq!(code(&o), 3, "{}", text(&o));
-    let r = json(&j);
     assert_eq!(r["outcome"], "oom");
     assert_eq!(r["oom"]["bytes"], 42949672960u64);
 }
@@ -356,29 +311,11 @@ fn processes_with(needle: &str) -> Vec<String> {
 
 #[test]
 fn a_trial_past_its_limit_is_a_timeout_and_leaves_nothing_behind() {
-    let d = tmp("timeout");
-    let cfg = write(&d, "c.toml", TINY);
-    let j = d.join("r.json");
     let t0 = Instant::now();
-    let o = run(
-        &[
-            "trial",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--backend",
-            "cpu",
-            "--fault",
-            "sleep",
-            "--trial-timeout",
-            "3",
-            "--json",
-            j.to_str().unwrap(),
-        ],
-        &d,
-    );
+    let (o, r) = tiny_trial("timeout", &["--fault", "sleep", "--trial-timeout", "3"]);
     assert_eq!(code(&o), 125, "{}", text(&o));
     assert!(t0.elapsed() < Duration::from_secs(60));
-    assert_eq!(json(&j)["outcome"], "timeout");
+    assert_eq!(r["outcome"], "timeout");
     std::thread::sleep(Duration::from_millis(300));
     // The child's own child (`sleep 6017`) was killed with its process group.
     assert!(

@@ -59,14 +59,7 @@ fn title(c: &Config) -> String {
 }
 
 fn write_file(path: &Path, text: &str) -> Result<()> {
-    if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(d).map_err(|e| {
-            user(
-                code::UNWRITABLE,
-                format!("cannot create {}: {e}", d.display()),
-            )
-        })?;
-    }
+    crate::settings::create_parent(path)?;
     std::fs::write(path, text).map_err(|e| {
         user(
             code::UNWRITABLE,

@@ -31,14 +31,7 @@ pub struct Journal {
 impl Journal {
     /// Opens (creating) `path`; earlier entries of the same `experiment` are loaded unless `fresh`.
     pub fn open(path: &Path, experiment: &str, fresh: bool) -> Result<Journal> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                user(
-                    code::UNWRITABLE,
-                    format!("cannot create journal directory {}: {e}", dir.display()),
-                )
-            })?;
-        }
+        crate::settings::create_parent(path)?;
         let mut known = HashMap::new();
         if !fresh {
             if let Ok(f) = File::open(path) {

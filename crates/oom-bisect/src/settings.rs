@@ -198,7 +198,7 @@ impl DeviceSettings {
             }
         }
         if backend == BackendKind::Cpu && !args.fake_trials {
-            let host = host_total();
+            let host = oom_trial::host_total();
             if let Ceiling::Bytes(b) = ceiling {
                 if b > host {
                     return Err(user(
@@ -246,8 +246,8 @@ impl DeviceSettings {
     }
 }
 
-/// Checks that a file can be created at `path` before hours of trials are spent.
-pub fn check_writable(path: &Path) -> Result<()> {
+/// Creates the directory `path` will be written in; an error names it, with exit code 14.
+pub fn create_parent(path: &Path) -> Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| {
             user(
@@ -256,6 +256,12 @@ pub fn check_writable(path: &Path) -> Result<()> {
             )
         })?;
     }
+    Ok(())
+}
+
+/// Checks that a file can be created at `path` before hours of trials are spent.
+pub fn check_writable(path: &Path) -> Result<()> {
+    create_parent(path)?;
     std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -267,16 +273,4 @@ pub fn check_writable(path: &Path) -> Result<()> {
             )
         })?;
     Ok(())
-}
-
-/// Physical memory of this host.
-fn host_total() -> u64 {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let (pages, size) = unsafe {
-        (
-            libc::sysconf(libc::_SC_PHYS_PAGES),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
-    (pages.max(0) as u64) * (size.max(0) as u64)
 }

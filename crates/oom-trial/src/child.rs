@@ -104,18 +104,6 @@ pub fn main(request: &str) -> i32 {
     }
 }
 
-/// Host memory, for the CPU backend's fraction ceiling.
-fn host_total() -> u64 {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let (pages, size) = unsafe {
-        (
-            libc::sysconf(libc::_SC_PHYS_PAGES),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
-    (pages.max(0) as u64) * (size.max(0) as u64)
-}
-
 /// How memory is read on each backend.
 enum Meter {
     Cpu,
@@ -153,17 +141,14 @@ impl Meter {
         }
     }
 
+    /// Most memory handed out: the allocator's own peak on the CPU; on CUDA the highest device reading
+    /// (pools do not shrink, so the reading after the last step bounds what was reserved).
     fn peak(&mut self) -> u64 {
+        let (_, device) = self.read();
         match self {
             Meter::Cpu => crate::alloc::peak() as u64,
             #[cfg(feature = "cuda")]
-            Meter::Cuda { .. } => {
-                self.read();
-                match self {
-                    Meter::Cuda { peak, .. } => *peak,
-                    Meter::Cpu => unreachable!(),
-                }
-            }
+            Meter::Cuda { peak, .. } => (*peak).max(device),
         }
     }
 }
@@ -177,7 +162,7 @@ fn run(req: &Request) -> Result<()> {
             if !crate::alloc::installed() {
                 bail!("the counting allocator is not installed in this binary: the CPU ceiling cannot be enforced");
             }
-            let total = host_total();
+            let total = crate::host_total();
             let ceiling_bytes = match req.ceiling {
                 Ceiling::None => total,
                 Ceiling::Bytes(b) => b,
@@ -344,7 +329,6 @@ fn train<B: AutodiffBackend>(
     if PANICKED.load(Ordering::SeqCst) {
         bail!("a thread panicked during the trial");
     }
-    let (_, _) = meter.read();
     let peak_bytes = meter.peak();
     let peak_in_use_bytes = crate::alloc::peak() as u64;
     emit(&ChildEvent::Done {

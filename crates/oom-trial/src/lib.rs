@@ -43,6 +43,18 @@ pub fn cuda_total_bytes() -> Result<u64, String> {
     }
 }
 
+/// Physical memory of this host (the CPU backend's "device").
+pub fn host_total() -> u64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let (pages, size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    (pages.max(0) as u64) * (size.max(0) as u64)
+}
+
 /// `1.50 GiB`, `512.0 MiB`, `20 KiB`, `12 B`.
 pub fn fmt_bytes(b: u64) -> String {
     const K: f64 = 1024.0;

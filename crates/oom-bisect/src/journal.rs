@@ -80,9 +80,11 @@ impl Journal {
             candidate: candidate.clone(),
             report: report.clone(),
         };
-        let line = serde_json::to_string(&e).expect("journal entries serialise");
-        // One write per line, flushed: a crash can lose at most the line being written.
-        if let Err(err) = writeln!(f, "{line}").and_then(|_| f.flush()) {
+        let mut line = serde_json::to_string(&e).expect("journal entries serialise");
+        line.push('\n');
+        // The whole line in one write(2), flushed: an interruption loses at most the line being written,
+        // and the loader skips a line cut short.
+        if let Err(err) = f.write_all(line.as_bytes()).and_then(|_| f.flush()) {
             eprintln!("oom-bisect: warning: could not append to the journal: {err}");
         }
     }

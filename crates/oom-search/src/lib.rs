@@ -142,16 +142,6 @@ impl Axis {
             base.with(&self.key, &self.values[i].value)
         }
     }
-
-    /// Number of trials plain bisection needs between two checked ends: ceil(log2(n)) + 2 (the ends).
-    pub fn plain_bisection_trials(&self) -> usize {
-        let n = self.original + 1;
-        let mut log = 0;
-        while (1usize << log) < n {
-            log += 1;
-        }
-        log + 2
-    }
 }
 
 /// The one seam to the world: runs a candidate and says what happened.

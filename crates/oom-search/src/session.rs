@@ -99,11 +99,6 @@ impl<'a> Session<'a> {
         self.run_once(c, &purpose)
     }
 
-    /// The cached result of a candidate, if it ran.
-    pub fn known(&self, c: &Candidate) -> Option<&Measurement> {
-        self.cache.get(c)
-    }
-
     pub fn trial_count(&self) -> usize {
         self.trials.len()
     }

@@ -20,13 +20,9 @@ pub fn in_use() -> usize {
     CURRENT.load(Ordering::Relaxed)
 }
 
-/// Most bytes allocated at once since the process started (or [`reset_peak`]).
+/// Most bytes allocated at once since the process started.
 pub fn peak() -> usize {
     PEAK.load(Ordering::Relaxed)
-}
-
-pub fn reset_peak() {
-    PEAK.store(CURRENT.load(Ordering::Relaxed), Ordering::Relaxed);
 }
 
 /// Whether the counting allocator is the global allocator of this process.

@@ -3,13 +3,12 @@
 //! by the canonical config, the attempt number, the backend and the ceiling: a different ceiling or
 //! backend is a different experiment.
 
-use crate::exit_codes::{self as code, user};
 use anyhow::Result;
 use oom_search::Candidate;
 use oom_trial::TrialReport;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 
@@ -31,7 +30,6 @@ pub struct Journal {
 impl Journal {
     /// Opens (creating) `path`; earlier entries of the same `experiment` are loaded unless `fresh`.
     pub fn open(path: &Path, experiment: &str, fresh: bool) -> Result<Journal> {
-        crate::settings::create_parent(path)?;
         let mut known = HashMap::new();
         if !fresh {
             if let Ok(f) = File::open(path) {
@@ -45,16 +43,7 @@ impl Journal {
                 }
             }
         }
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|e| {
-                user(
-                    code::UNWRITABLE,
-                    format!("cannot write journal {}: {e}", path.display()),
-                )
-            })?;
+        let file = crate::settings::open_append(path)?;
         Ok(Journal {
             file: Some(file),
             experiment: experiment.to_string(),

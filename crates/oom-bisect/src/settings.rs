@@ -259,8 +259,8 @@ pub fn create_parent(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Checks that a file can be created at `path` before hours of trials are spent.
-pub fn check_writable(path: &Path) -> Result<()> {
+/// Opens `path` for appending, creating it and its directory; an error names it, with exit code 14.
+pub fn open_append(path: &Path) -> Result<std::fs::File> {
     create_parent(path)?;
     std::fs::OpenOptions::new()
         .create(true)
@@ -271,6 +271,10 @@ pub fn check_writable(path: &Path) -> Result<()> {
                 code::UNWRITABLE,
                 format!("cannot write {}: {e}", path.display()),
             )
-        })?;
-    Ok(())
+        })
+}
+
+/// Checks that a file can be created at `path` before hours of trials are spent.
+pub fn check_writable(path: &Path) -> Result<()> {
+    open_append(path).map(drop)
 }

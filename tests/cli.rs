@@ -115,6 +115,7 @@ fn help_lists_commands_and_exit_codes() {
         "--gpu",
         "--axes",
         "--max-trials",
+        "--max-time",
         "--trial-timeout",
         "--json",
         "--journal",
@@ -263,6 +264,18 @@ fn trial_fits_and_reports_json() {
         .any(|s| s["name"] == "aspp"));
     assert_eq!(r["steps"].as_array().unwrap().len(), 2);
     assert!(r["oom"].is_null() && r["error"].is_null());
+    // Where the time went: device ready, model built, then every reading in order, inside the trial.
+    let ready = r["ready_seconds"].as_f64().unwrap();
+    let built = r["built_seconds"].as_f64().unwrap();
+    let at: Vec<f64> = r["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["seconds"].as_f64().unwrap())
+        .collect();
+    assert!(ready <= built && built <= at[0], "{ready} {built} {at:?}");
+    assert!(at.windows(2).all(|w| w[0] <= w[1]), "{at:?}");
+    assert!(at[at.len() - 1] <= r["wall_seconds"].as_f64().unwrap());
 }
 
 #[test]
@@ -363,6 +376,39 @@ fn inspect_prints_ids_and_the_exact_parameter_count() {
         &d,
     );
     assert!(text(&o).contains("trainable parameters: 59344309"));
+}
+
+#[test]
+fn max_time_reports_what_was_measured_and_rejects_bad_durations() {
+    let d = tmp("maxtime");
+    let cfg = root().join("configs/forum-r101-os8-1024.toml");
+    let j = d.join("d.json");
+    let args = |t: &'static str| {
+        vec![
+            "bisect".to_string(),
+            "--config".into(),
+            cfg.to_str().unwrap().into(),
+            "--fake-trials".into(),
+            "--journal".into(),
+            d.join("j").to_str().unwrap().into(),
+            "--json".into(),
+            j.to_str().unwrap().into(),
+            "-q".into(),
+            "--max-time".into(),
+            t.into(),
+        ]
+    };
+    let a = args("0s");
+    let o = run(&a.iter().map(|s| s.as_str()).collect::<Vec<_>>(), &d);
+    let t = text(&o);
+    assert!(t.contains("--max-time") && t.contains("ran out"), "{t}");
+    let r = json(&j);
+    assert_eq!(r["budget_exhausted"], true);
+    assert_eq!(r["original"]["outcome"], "inconclusive");
+    let a = args("5 parsecs");
+    let o = run(&a.iter().map(|s| s.as_str()).collect::<Vec<_>>(), &d);
+    assert_eq!(code(&o), 2, "{}", text(&o));
+    assert!(text(&o).contains("use s, m or h"), "{}", text(&o));
 }
 
 #[test]

@@ -19,10 +19,21 @@ pub fn dir() -> Option<PathBuf> {
     Some(base.join("oom-bisect").join("cubecl"))
 }
 
-/// Passes the cache directory to a trial child.
+/// Passes the cache directory to a trial child. cubecl's cache holds PTX; turning PTX into machine
+/// code is the CUDA driver's job, cached by the driver in `CUDA_CACHE_PATH` (256 MiB by default, too
+/// small for the tuned matmul and convolution kernels of a ResNet): unless the user set them, the
+/// driver's cache goes next to ours with the driver's largest size, 4 GiB.
 pub fn configure(cmd: &mut Command) {
     match dir() {
-        Some(d) => cmd.env(ENV, d),
+        Some(d) => {
+            if std::env::var_os("CUDA_CACHE_PATH").is_none() {
+                cmd.env("CUDA_CACHE_PATH", d.join("cuda-jit"));
+            }
+            if std::env::var_os("CUDA_CACHE_MAXSIZE").is_none() {
+                cmd.env("CUDA_CACHE_MAXSIZE", (4u64 << 30).to_string());
+            }
+            cmd.env(ENV, d)
+        }
         None => cmd.env(ENV, ""),
     };
 }

@@ -100,6 +100,10 @@ pub struct BisectArgs {
     /// Stop after this many trials; what is not measured is reported as inconclusive
     #[arg(long, value_name = "N")]
     pub max_trials: Option<usize>,
+    /// Start no trial after this long (90s, 15m, 1h, or plain seconds); what is not measured by then
+    /// is reported as inconclusive. The running trial finishes; the journal keeps everything.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub max_time: Option<std::time::Duration>,
     /// Do not re-run both sides of each boundary before reporting it
     #[arg(long)]
     pub no_confirm: bool,
@@ -144,4 +148,29 @@ pub struct InspectArgs {
 pub struct BenchArgs {
     #[command(flatten)]
     pub bisect: BisectArgs,
+}
+
+/// `90`, `90s`, `15m`, `1h`, `1.5h`: a duration for `--max-time`.
+pub fn parse_duration(v: &str) -> Result<std::time::Duration, String> {
+    let t = v.trim();
+    let (num, unit) = match t.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => (&t[..i], &t[i..]),
+        None => (t, "s"),
+    };
+    let scale = match unit {
+        "s" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        _ => {
+            return Err(format!(
+                "unknown unit {unit:?} in {v:?}: use s, m or h (e.g. 90s, 15m, 1h)"
+            ))
+        }
+    };
+    match num.trim().parse::<f64>() {
+        Ok(n) if n.is_finite() && n >= 0.0 => Ok(std::time::Duration::from_secs_f64(n * scale)),
+        _ => Err(format!(
+            "{v:?} is not a duration: use e.g. 90s, 15m, 1h or plain seconds"
+        )),
+    }
 }

@@ -126,6 +126,7 @@ pub fn run_bisect(args: &BisectArgs) -> Result<(Workload, DeviceSettings, Bisect
         confirm: !args.no_confirm,
         predict: !args.no_predict,
         max_trials: args.max_trials,
+        deadline: args.max_time.map(|t| std::time::Instant::now() + t),
         fixes: on(crate::cli::Step::Fixes),
         modules: on(crate::cli::Step::Modules),
         minimise: on(crate::cli::Step::Minimal),
@@ -364,19 +365,27 @@ pub fn bench(args: &crate::cli::BenchArgs) -> Result<i32> {
         }
     };
     let walls: Vec<f64> = reports.iter().map(|r| r.wall_seconds).collect();
-    let steps: Vec<f64> = reports
+    let ready: Vec<f64> = reports.iter().filter_map(|r| r.ready_seconds).collect();
+    let built: Vec<f64> = reports
         .iter()
-        .map(|r| r.steps.iter().map(|s| s.seconds).sum())
+        .filter_map(|r| Some(r.built_seconds? - r.ready_seconds?))
         .collect();
-    let first_steps: Vec<f64> = reports
+    // Trials that finished every step: their first step against their later ones.
+    let finished: Vec<&&oom_trial::TrialReport> = reports
         .iter()
-        .filter_map(|r| r.steps.first().map(|s| s.seconds))
+        .filter(|r| r.outcome == oom_trial::TrialOutcome::Fits && r.steps.len() > 1)
         .collect();
-    let later: Vec<f64> = reports
+    let first_steps: Vec<f64> = finished.iter().map(|r| r.steps[0].seconds).collect();
+    let later: Vec<f64> = finished
         .iter()
         .flat_map(|r| r.steps.iter().skip(1).map(|s| s.seconds))
         .collect();
-    let overhead: Vec<f64> = reports
+    let step_time: Vec<f64> = finished
+        .iter()
+        .map(|r| r.steps.iter().map(|s| s.seconds).sum())
+        .collect();
+    // Everything a finished trial spent beyond its steps at their steady speed.
+    let overhead: Vec<f64> = finished
         .iter()
         .map(|r| {
             let steady = r
@@ -384,34 +393,45 @@ pub fn bench(args: &crate::cli::BenchArgs) -> Result<i32> {
                 .iter()
                 .skip(1)
                 .map(|s| s.seconds)
-                .fold(f64::NAN, f64::min);
-            let n = r.steps.len() as f64;
-            if steady.is_finite() {
-                r.wall_seconds - steady * n
-            } else {
-                r.wall_seconds - r.steps.iter().map(|s| s.seconds).sum::<f64>()
-            }
+                .fold(f64::INFINITY, f64::min);
+            r.wall_seconds - steady * r.steps.len() as f64
         })
         .collect();
-    println!("\nper trial (mean of {} trials that ran):", reports.len());
     println!(
-        "  whole trial process                 {:>8.2} s",
+        "\nper trial (means; {} trials ran, {} finished every step):",
+        reports.len(),
+        finished.len()
+    );
+    println!(
+        "  process start to device ready (context, ceiling)   {:>8.2} s",
+        mean(&ready)
+    );
+    println!(
+        "  building model, optimizer and batch                {:>8.2} s",
+        mean(&built)
+    );
+    println!(
+        "  whole trial, any outcome                           {:>8.2} s",
         mean(&walls)
     );
     println!(
-        "  training steps (all, incl. first)   {:>8.2} s",
-        mean(&steps)
+        "  finished trials: whole trial                       {:>8.2} s",
+        mean(&finished.iter().map(|r| r.wall_seconds).collect::<Vec<_>>())
     );
     println!(
-        "  first step (compilation, autotune)  {:>8.2} s",
+        "  finished trials: all training steps                {:>8.2} s",
+        mean(&step_time)
+    );
+    println!(
+        "  finished trials: first step (compilation included) {:>8.2} s",
         mean(&first_steps)
     );
     println!(
-        "  a later step                        {:>8.2} s",
+        "  finished trials: a later step                      {:>8.2} s",
         mean(&later)
     );
     println!(
-        "  overhead (process, context, build, compilation beyond a steady step) {:>8.2} s",
+        "  finished trials: overhead beyond steady steps      {:>8.2} s",
         mean(&overhead)
     );
     if let (Some(first), true) = (walls.first(), walls.len() > 1) {

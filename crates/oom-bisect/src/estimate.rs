@@ -144,6 +144,7 @@ pub fn fake_trial(config: &Config, device: &DeviceSettings) -> TrialReport {
             name: s.id.clone(),
             in_use_bytes: acc,
             device_bytes: acc,
+            seconds: 0.0,
         });
     }
     // Backward holds the activations and the gradients of the largest ones at once.
@@ -187,6 +188,8 @@ pub fn fake_trial(config: &Config, device: &DeviceSettings) -> TrialReport {
         error: None,
         exit: ChildExit::Code(0),
         wall_seconds: 0.0,
+        ready_seconds: None,
+        built_seconds: None,
     }
 }
 

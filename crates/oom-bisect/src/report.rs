@@ -256,7 +256,7 @@ pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
             .map(|j| format!("; journal {j}"))
             .unwrap_or_default(),
         if d.budget_exhausted {
-            " The trial budget (--max-trials) ran out: unmeasured steps are inconclusive."
+            " The budget (--max-trials or --max-time) ran out: unmeasured steps are inconclusive."
         } else {
             ""
         }
@@ -385,17 +385,18 @@ pub fn trial_table(r: &TrialReport) -> String {
         );
         let _ = writeln!(
             s,
-            "  {:<26} {:<9} {:>12} {:>12}",
-            "stage", "phase", "in use", "device"
+            "  {:<26} {:<9} {:>12} {:>12} {:>9}",
+            "stage", "phase", "in use", "device", "at"
         );
         for x in r.stages.iter().filter(|x| x.step == step) {
             let _ = writeln!(
                 s,
-                "  {:<26} {:<9} {:>12} {:>12}",
+                "  {:<26} {:<9} {:>12} {:>12} {:>7.1} s",
                 x.name,
                 x.phase.name(),
                 fmt_bytes(x.in_use_bytes),
-                fmt_bytes(x.device_bytes)
+                fmt_bytes(x.device_bytes),
+                x.seconds
             );
         }
     }
@@ -425,6 +426,13 @@ pub fn trial_table(r: &TrialReport) -> String {
                 fmt_bytes(l as u64)
             );
         }
+    }
+    if let (Some(ready), Some(built)) = (r.ready_seconds, r.built_seconds) {
+        let _ = writeln!(
+            s,
+            "time: device ready after {ready:.1} s (process, context, ceiling), model built after {built:.1} s, trial {:.1} s",
+            r.wall_seconds
+        );
     }
     let _ = writeln!(s);
     if let Some(p) = r.peak_bytes {

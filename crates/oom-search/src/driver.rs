@@ -81,6 +81,9 @@ pub struct SearchOptions {
     /// Probe where measured peaks predict the boundary before bisecting.
     pub predict: bool,
     pub max_trials: Option<usize>,
+    /// No trial starts after this instant; what is not measured by then is inconclusive.
+    #[serde(skip)]
+    pub deadline: Option<std::time::Instant>,
     /// Which steps run.
     pub fixes: bool,
     pub modules: bool,
@@ -94,6 +97,7 @@ impl Default for SearchOptions {
             confirm: true,
             predict: true,
             max_trials: None,
+            deadline: None,
             fixes: true,
             modules: true,
             minimise: true,
@@ -161,6 +165,7 @@ pub fn diagnose(
     opts: &SearchOptions,
 ) -> Diagnosis {
     let mut s = Session::new(oracle, events, opts.max_trials);
+    s.deadline = opts.deadline;
     let original = s.measure(&Candidate::original(), Purpose::Original);
     let mut d = Diagnosis {
         ceiling_bytes: opts.ceiling,

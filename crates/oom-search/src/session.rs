@@ -24,6 +24,8 @@ pub struct Session<'a> {
     attempts: HashMap<Candidate, u32>,
     pub trials: Vec<TrialRecord>,
     pub max_trials: Option<usize>,
+    /// No trial starts after this instant (`--max-time`).
+    pub deadline: Option<std::time::Instant>,
     pub budget_exhausted: bool,
 }
 
@@ -40,6 +42,7 @@ impl<'a> Session<'a> {
             attempts: HashMap::new(),
             trials: Vec::new(),
             max_trials,
+            deadline: None,
             budget_exhausted: false,
         }
     }
@@ -53,6 +56,15 @@ impl<'a> Session<'a> {
             self.budget_exhausted = true;
             let mut m = Measurement::new(Outcome::Inconclusive);
             m.note = "not run: the trial budget (--max-trials) is spent".into();
+            return m;
+        }
+        if self
+            .deadline
+            .is_some_and(|d| std::time::Instant::now() >= d)
+        {
+            self.budget_exhausted = true;
+            let mut m = Measurement::new(Outcome::Inconclusive);
+            m.note = "not run: the time budget (--max-time) is spent".into();
             return m;
         }
         let attempt = self.attempts.get(c).copied().unwrap_or(0);

@@ -397,6 +397,69 @@ fn trial_budget_gives_inconclusive_not_guesses() {
 }
 
 #[test]
+fn time_budget_stops_starting_trials_and_reports_inconclusive() {
+    // A deadline already past: nothing runs, the original itself is inconclusive.
+    let mut o = Workload {
+        runs: 0,
+        seen: BTreeSet::new(),
+    };
+    let mut ev = |_: &Event| {};
+    let opts = SearchOptions {
+        ceiling: CEILING as u64,
+        deadline: Some(std::time::Instant::now()),
+        ..Default::default()
+    };
+    let d = diagnose(&mut o, &mut ev, &space(), &opts);
+    assert!(d.budget_exhausted);
+    assert_eq!(o.runs, 0);
+    assert_eq!(d.original.outcome, Outcome::Inconclusive);
+
+    // A deadline reached mid-search: the trials before it count, nothing is guessed after it.
+    struct Slow(Workload);
+    impl Oracle for Slow {
+        fn run(&mut self, c: &Candidate, attempt: u32) -> Measurement {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            self.0.run(c, attempt)
+        }
+    }
+    let mut unlimited = Workload {
+        runs: 0,
+        seen: BTreeSet::new(),
+    };
+    let all = {
+        let opts = SearchOptions {
+            ceiling: CEILING as u64,
+            ..Default::default()
+        };
+        diagnose(&mut unlimited, &mut ev, &space(), &opts);
+        unlimited.runs
+    };
+    let mut slow = Slow(Workload {
+        runs: 0,
+        seen: BTreeSet::new(),
+    });
+    let opts = SearchOptions {
+        ceiling: CEILING as u64,
+        deadline: Some(std::time::Instant::now() + std::time::Duration::from_secs(1)),
+        ..Default::default()
+    };
+    let d = diagnose(&mut slow, &mut ev, &space(), &opts);
+    assert!(d.budget_exhausted);
+    assert!(
+        slow.0.runs >= 1 && slow.0.runs < all,
+        "{} of {all}",
+        slow.0.runs
+    );
+    assert_eq!(d.original.outcome, Outcome::Oom);
+    // At most four trials fit in the second; a confirmed boundary needs five.
+    for a in &d.axes {
+        if let AxisVerdict::Boundary { .. } = a.verdict {
+            panic!("a boundary reported without its trials: {a:?}");
+        }
+    }
+}
+
+#[test]
 fn capacity_when_the_original_fits() {
     struct Cap;
     impl Oracle for Cap {

@@ -19,6 +19,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// When this child started; every event carries the seconds since.
+static STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+fn since_start() -> f64 {
+    STARTED.get_or_init(Instant::now).elapsed().as_secs_f64()
+}
+
 static PANICKED: AtomicBool = AtomicBool::new(false);
 /// The first panic's message, for the exit code.
 static FIRST_PANIC: Mutex<Option<String>> = Mutex::new(None);
@@ -82,6 +89,7 @@ fn install_panic_hook() {
 
 /// Runs the child: reads the request, runs the trial, returns the exit code.
 pub fn main(request: &str) -> i32 {
+    STARTED.get_or_init(Instant::now);
     install_panic_hook();
     let req: Request = match serde_json::from_str(request) {
         Ok(r) => r,
@@ -110,7 +118,7 @@ enum Meter {
     #[cfg(feature = "cuda")]
     Cuda {
         ceiling: crate::cuda::CudaCeiling,
-        device: burn::backend::cuda::CudaDevice,
+        device: burn_cuda::CudaDevice,
         peak: u64,
     },
 }
@@ -179,6 +187,7 @@ fn run(req: &Request) -> Result<()> {
                 ceiling_bytes,
                 context_bytes: crate::alloc::in_use() as u64,
                 total_bytes: total,
+                seconds: since_start(),
             });
             crate::alloc::set_limit(ceiling_bytes as usize);
             let device = Default::default();
@@ -215,26 +224,52 @@ fn configure_kernel_cache() {
 
 #[cfg(feature = "cuda")]
 fn run_cuda(config: &Config, req: &Request) -> Result<()> {
-    use burn::backend::Cuda;
+    use burn_cuda::Cuda;
     configure_kernel_cache();
+    let fusion = fusion_enabled()?;
     let ceiling = crate::cuda::CudaCeiling::install(req.ceiling)?;
     emit(&ChildEvent::Start {
         backend: BackendKind::Cuda,
-        device: ceiling.device_name.clone(),
+        device: if fusion {
+            ceiling.device_name.clone()
+        } else {
+            format!("{} (burn-cubecl without fusion)", ceiling.device_name)
+        },
         ceiling_bytes: ceiling.ceiling_bytes,
         context_bytes: ceiling.context_bytes,
         total_bytes: ceiling.total_bytes,
+        seconds: since_start(),
     });
-    let device = burn::backend::cuda::CudaDevice::default();
+    let device = burn_cuda::CudaDevice::default();
     let mut meter = Meter::Cuda {
         ceiling,
         device: device.clone(),
         peak: 0,
     };
-    if config.train.checkpointing {
-        train::<Autodiff<Cuda, BalancedCheckpointing>>(config, &device, &mut meter, req)
-    } else {
-        train::<Autodiff<Cuda>>(config, &device, &mut meter, req)
+    match (fusion, config.train.checkpointing) {
+        (true, true) => {
+            train::<Autodiff<Cuda, BalancedCheckpointing>>(config, &device, &mut meter, req)
+        }
+        (true, false) => train::<Autodiff<Cuda>>(config, &device, &mut meter, req),
+        (false, true) => {
+            train::<Autodiff<Unfused, BalancedCheckpointing>>(config, &device, &mut meter, req)
+        }
+        (false, false) => train::<Autodiff<Unfused>>(config, &device, &mut meter, req),
+    }
+}
+
+/// burn-cuda without its fusion layer: every tensor operation is its own kernel.
+#[cfg(feature = "cuda")]
+type Unfused = burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>;
+
+/// `OOM_BISECT_FUSION=off` runs the CUDA trial on burn-cubecl directly, without burn-fusion: fewer,
+/// simpler kernels to compile, different memory behaviour. Anything else keeps fusion (burn's default).
+#[cfg(feature = "cuda")]
+fn fusion_enabled() -> Result<bool> {
+    match std::env::var("OOM_BISECT_FUSION").as_deref() {
+        Err(_) | Ok("") | Ok("on") | Ok("1") => Ok(true),
+        Ok("off") | Ok("0") => Ok(false),
+        Ok(other) => bail!("OOM_BISECT_FUSION={other:?}: expected `on` or `off`"),
     }
 }
 
@@ -292,6 +327,7 @@ fn train<B: AutodiffBackend>(
     emit(&ChildEvent::Built {
         in_use_bytes: in_use,
         params: deeplab::model::trainable_params(trainer.model()),
+        seconds: since_start(),
     });
     let mut check = 0.0;
     for step in 0..config.train.steps {
@@ -313,6 +349,7 @@ fn train<B: AutodiffBackend>(
                 at: Location { step, phase, stage },
                 in_use_bytes,
                 device_bytes,
+                seconds: since_start(),
             });
         });
         B::sync(device).map_err(|e| anyhow!("device sync failed: {e:?}"))?;

@@ -91,15 +91,26 @@ pub enum ChildEvent {
         /// Memory the device (context, runtime) held before the model existed.
         context_bytes: u64,
         total_bytes: u64,
+        /// Seconds since the child started (process start, CUDA context, ceiling).
+        #[serde(default)]
+        seconds: f64,
     },
     /// The model, optimizer and batch exist; nothing has run yet.
-    Built { in_use_bytes: u64, params: usize },
+    Built {
+        in_use_bytes: u64,
+        params: usize,
+        #[serde(default)]
+        seconds: f64,
+    },
     /// A measuring point was reached.
     Mark {
         #[serde(flatten)]
         at: Location,
         in_use_bytes: u64,
         device_bytes: u64,
+        /// Seconds since the child started.
+        #[serde(default)]
+        seconds: f64,
     },
     /// A training step finished.
     Step {
@@ -146,6 +157,9 @@ pub struct StageMemory {
     pub name: String,
     pub in_use_bytes: u64,
     pub device_bytes: u64,
+    /// When the reading was taken, in seconds since the trial's process started.
+    #[serde(default)]
+    pub seconds: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -203,6 +217,12 @@ pub struct TrialReport {
     pub error: Option<String>,
     pub exit: ChildExit,
     pub wall_seconds: f64,
+    /// Seconds from the child's start until the device was ready under its ceiling (process start,
+    /// CUDA context, ballast), and until the model, optimizer and batch existed.
+    #[serde(default)]
+    pub ready_seconds: Option<f64>,
+    #[serde(default)]
+    pub built_seconds: Option<f64>,
 }
 
 /// Assembles and classifies a trial from what the child left behind.
@@ -229,6 +249,8 @@ pub fn assemble(
         error: None,
         exit: exit.clone(),
         wall_seconds,
+        ready_seconds: None,
+        built_seconds: None,
     };
     let mut last_at: Option<Location> = None;
     let mut panics: Vec<(String, String)> = vec![];
@@ -240,8 +262,10 @@ pub fn assemble(
                 device,
                 ceiling_bytes,
                 context_bytes,
+                seconds,
                 ..
             } => {
+                r.ready_seconds = Some(*seconds);
                 r.backend = Some(*backend);
                 r.device = Some(device.clone());
                 r.ceiling_bytes = Some(*ceiling_bytes);
@@ -250,7 +274,9 @@ pub fn assemble(
             ChildEvent::Built {
                 in_use_bytes,
                 params,
+                seconds,
             } => {
+                r.built_seconds = Some(*seconds);
                 r.base_bytes = Some(*in_use_bytes);
                 r.params = Some(*params);
                 last_at = Some(Location {
@@ -263,6 +289,7 @@ pub fn assemble(
                 at,
                 in_use_bytes,
                 device_bytes,
+                seconds,
             } => {
                 r.stages.push(StageMemory {
                     step: at.step,
@@ -270,6 +297,7 @@ pub fn assemble(
                     name: at.stage.clone(),
                     in_use_bytes: *in_use_bytes,
                     device_bytes: *device_bytes,
+                    seconds: *seconds,
                 });
                 r.peak_in_use_bytes = r.peak_in_use_bytes.max(Some(*in_use_bytes));
                 last_at = Some(at.clone());

@@ -4,6 +4,11 @@
 build:
     cargo build --release
 
+# The same with burn-cuda's autotune: faster kernels, but every new shape compiles and benchmarks
+# every candidate kernel first (minutes per trial on the H200; docs/gpu-results.md, run 4).
+build-autotune:
+    cargo build --release --features autotune
+
 # Run the test suite, as CI does (CPU backend, no GPU needed).
 test:
     cargo test --workspace
@@ -36,3 +41,7 @@ bench-gpu *args="":
 # Trial counts of guided search against plain bisection on the shipped configs (fake trials).
 bench-search:
     for c in configs/*.toml; do cargo run --release -q -- bench --config $c --fake-trials --fresh -q; done
+
+# What burn's autodiff keeps for backward, op by op, measured on the CPU (why burn needs ~2x PyTorch).
+saved-bytes:
+    cargo run --release -p oom-trial --example saved_bytes

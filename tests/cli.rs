@@ -403,7 +403,8 @@ fn max_time_reports_what_was_measured_and_rejects_bad_durations() {
     let t = text(&o);
     assert!(t.contains("--max-time") && t.contains("ran out"), "{t}");
     let r = json(&j);
-    assert_eq!(r["budget_exhausted"], true);
+    assert_eq!(r["trials"]["budget_exhausted"], true);
+    assert_eq!(r["trials"]["count"], 0);
     assert_eq!(r["original"]["outcome"], "inconclusive");
     let a = args("5 parsecs");
     let o = run(&a.iter().map(|s| s.as_str()).collect::<Vec<_>>(), &d);

@@ -162,6 +162,7 @@ pub fn measurement(r: &TrialReport) -> Measurement {
     Measurement {
         outcome,
         peak_bytes: r.peak_bytes,
+        peak_in_use_bytes: r.peak_in_use_bytes,
         base_bytes: r.base_bytes,
         note,
     }

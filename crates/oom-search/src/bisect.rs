@@ -7,6 +7,10 @@ use crate::{Axis, Candidate, Measurement, Outcome, Purpose};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
+/// A predicted probe that fits with a peak under this fraction of the ceiling was a poor prediction
+/// (its line came from points far from the boundary): predict again instead of probing its neighbour.
+const FAR_BELOW: f64 = 0.8;
+
 /// A measured point on an axis.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Probe {
@@ -189,23 +193,34 @@ pub fn bisect_axis(
     }
 
     let xs: Vec<Option<f64>> = axis.values.iter().map(|v| v.x).collect();
+    // Fits as (x, memory held by live tensors): smooth in batch and pixels, where the device's peak
+    // moves in pool pages and, at small inputs, is mostly the context (seen on the H200). What the
+    // device held beyond the live tensors at the largest fit so far is taken off the ceiling.
     let mut fit_points: Vec<(f64, f64)> = Vec::new();
     let mut base_bytes: Option<f64> = None;
-    let note_fit = |p: &Probe, pts: &mut Vec<(f64, f64)>, base: &mut Option<f64>| {
-        if let (Some(x), Some(peak)) = (xs[p.index], p.measurement.peak_bytes) {
-            pts.push((x, peak as f64));
-        }
-        if let Some(b) = p.measurement.base_bytes {
-            *base = Some(b as f64);
-        }
-    };
-    note_fit(&bottom, &mut fit_points, &mut base_bytes);
+    let mut overhead = 0.0f64;
+    let note_fit =
+        |p: &Probe, pts: &mut Vec<(f64, f64)>, base: &mut Option<f64>, over: &mut f64| {
+            let m = &p.measurement;
+            if let (Some(x), Some(y)) = (xs[p.index], m.peak_in_use_bytes.or(m.peak_bytes)) {
+                pts.push((x, y as f64));
+                if let (Some(dev), Some(live)) = (m.peak_bytes, m.peak_in_use_bytes) {
+                    *over = dev.saturating_sub(live) as f64;
+                }
+            }
+            if let Some(b) = m.base_bytes {
+                *base = Some(b as f64);
+            }
+        };
+    note_fit(&bottom, &mut fit_points, &mut base_bytes, &mut overhead);
 
     let (mut lo_p, mut hi_p) = (bottom, top);
     let mut skipped: BTreeSet<usize> = BTreeSet::new();
     // Probes left for the prediction before falling back to plain bisection.
     let mut predicted_left = if predict { 2 } else { 0 };
-    let mut last_predicted: Option<(usize, Outcome)> = None;
+    // The last predicted probe: its index, outcome, and whether it fit far below the ceiling.
+    let mut last_predicted: Option<(usize, Outcome, bool)> = None;
+    let mut repredicted = false;
     loop {
         let (lo, hi) = (lo_p.index, hi_p.index);
         let open: Vec<usize> = (lo + 1..hi).filter(|i| !skipped.contains(i)).collect();
@@ -214,19 +229,29 @@ pub fn bisect_axis(
         }
         let mut next = None;
         if predicted_left > 0 {
-            // After a predicted probe, its neighbour closes the interval if the prediction was right.
+            // After a predicted probe, its neighbour closes the interval if the prediction was right;
+            // a predicted fit far below the ceiling predicts again from the points it added.
+            // That second prediction is one extra probe, once per axis.
+            if let Some((_, Outcome::Fits, true)) = last_predicted {
+                if repredicted {
+                    last_predicted = last_predicted.map(|(i, o, _)| (i, o, false));
+                } else {
+                    repredicted = true;
+                    predicted_left += 1;
+                }
+            }
             let guess = match last_predicted {
-                Some((i, Outcome::Fits)) => Some(i + 1),
-                Some((i, Outcome::Oom)) => i.checked_sub(1),
-                Some((_, Outcome::Inconclusive)) => None,
-                None => {
+                Some((i, Outcome::Fits, false)) => Some(i + 1),
+                Some((i, Outcome::Oom, _)) => i.checked_sub(1),
+                Some((_, Outcome::Inconclusive, _)) => None,
+                None | Some((_, Outcome::Fits, true)) => {
                     let sub: Vec<f64> = xs[lo..=hi].iter().map(|x| x.unwrap_or(f64::NAN)).collect();
                     if sub.iter().any(|x| x.is_nan()) {
                         None
                     } else {
                         // The predicted last fitting value, kept inside the open interval: a
                         // prediction at or below `lo` says `lo + 1` is the first to fail.
-                        predict_boundary(&fit_points, base_bytes, ceiling as f64, &sub)
+                        predict_boundary(&fit_points, base_bytes, ceiling as f64 - overhead, &sub)
                             .map(|i| (lo + i).clamp(lo + 1, hi - 1))
                     }
                 }
@@ -253,11 +278,15 @@ pub fn bisect_axis(
         });
         let p = probe(s, i, lo, hi);
         if next.is_some() {
-            last_predicted = Some((i, p.measurement.outcome));
+            let far_below = p
+                .measurement
+                .peak_bytes
+                .is_some_and(|b| (b as f64) < FAR_BELOW * ceiling as f64);
+            last_predicted = Some((i, p.measurement.outcome, far_below));
         }
         match p.measurement.outcome {
             Outcome::Fits => {
-                note_fit(&p, &mut fit_points, &mut base_bytes);
+                note_fit(&p, &mut fit_points, &mut base_bytes, &mut overhead);
                 lo_p = p;
             }
             Outcome::Oom => hi_p = p,

@@ -50,6 +50,10 @@ pub struct Measurement {
     pub outcome: Outcome,
     /// Peak device memory of the trial, when it ran far enough to have one.
     pub peak_bytes: Option<u64>,
+    /// Most memory held by live tensors at a measuring point (the device peak less pool slack and
+    /// context), when known. Smoother than `peak_bytes`; used to predict boundaries.
+    #[serde(default)]
+    pub peak_in_use_bytes: Option<u64>,
     /// Memory held before the first forward pass (parameters, buffers, context): the part of the peak
     /// that does not scale with batch or input size. Used to predict boundaries.
     pub base_bytes: Option<u64>,
@@ -62,6 +66,7 @@ impl Measurement {
         Measurement {
             outcome,
             peak_bytes: None,
+            peak_in_use_bytes: None,
             base_bytes: None,
             note: String::new(),
         }

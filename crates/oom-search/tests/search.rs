@@ -188,6 +188,97 @@ fn prediction_beats_plain_bisection_on_affine_memory() {
     }
 }
 
+/// The forum scenario's size axis as the H200 measured it (R101 OS8 batch 4, 24 GiB ceiling;
+/// docs/h200/run6-forum-journal.jsonl): live tensors about 0.6 GiB + 7e-5 GiB per pixel, the device
+/// peak about 1.2 × that + 1.1 GiB (context and pool pages). 512² fits (23.8 GiB), 544² does not.
+struct PagedDevice {
+    runs: usize,
+}
+
+impl Oracle for PagedDevice {
+    fn run(&mut self, c: &Candidate, _: u32) -> Measurement {
+        self.runs += 1;
+        let side: f64 = c
+            .get("data.size")
+            .map(|v| {
+                v.trim_matches(['[', ']'])
+                    .split(',')
+                    .next()
+                    .unwrap()
+                    .trim()
+                    .parse()
+                    .unwrap()
+            })
+            .unwrap_or(1024.0);
+        let g = (1u64 << 30) as f64;
+        let live = 0.6 + 7.0e-5 * side * side;
+        let device = 1.2 * live + 1.1;
+        let mut m = Measurement::new(if device <= 24.0 {
+            Outcome::Fits
+        } else {
+            Outcome::Oom
+        });
+        if m.outcome == Outcome::Fits {
+            m.peak_bytes = Some((device * g) as u64);
+            m.peak_in_use_bytes = Some((live * g) as u64);
+            m.base_bytes = Some((0.443 * g) as u64);
+        }
+        m
+    }
+}
+
+#[test]
+fn prediction_uses_live_tensors_where_device_peaks_are_paged() {
+    let a = Axis {
+        name: "size".into(),
+        key: "data.size".into(),
+        values: (1..=32)
+            .map(|k| AxisValue {
+                value: format!("[{}, {}]", 32 * k, 32 * k),
+                label: format!("{0}×{0}", 32 * k),
+                x: Some((32.0 * k as f64).powi(2)),
+            })
+            .collect(),
+        original: 31,
+    };
+    let mut o = PagedDevice { runs: 0 };
+    let mut probed: Vec<String> = vec![];
+    let mut ev = |e: &Event| {
+        if let Event::TrialStarted { candidate, .. } = e {
+            probed.push(candidate.get("data.size").unwrap_or("original").to_string());
+        }
+    };
+    let mut s = Session::new(&mut o, &mut ev, None);
+    s.measure(&Candidate::original(), Purpose::Original);
+    let r = bisect_axis(
+        &mut s,
+        &a,
+        &Candidate::original(),
+        0,
+        31,
+        24 << 30,
+        true,
+        false,
+    );
+    match &r.verdict {
+        AxisVerdict::Boundary {
+            last_fit,
+            first_oom,
+            ..
+        } => {
+            assert_eq!(
+                (last_fit.label.as_str(), first_oom.label.as_str()),
+                ("512×512", "544×544")
+            );
+        }
+        v => panic!("{v:?}"),
+    }
+    // The H200 run took 8 trials here (32², then 128², 160², 576², 352², 448², 512², 544²), predicting
+    // from device peaks; the previous predictor on this oracle probes exactly that sequence. From
+    // live tensors, predicting again after a fit far below the ceiling: 32², 288², 544², 512².
+    assert!(r.trials <= 5, "{} trials: {probed:?}", r.trials);
+}
+
 #[test]
 fn unstable_boundary_is_reported() {
     // The last fitting value fits on its first run and runs out of memory on its re-run.

@@ -20,9 +20,9 @@ pub fn dir() -> Option<PathBuf> {
 }
 
 /// Passes the cache directory to a trial child. cubecl's cache holds PTX; turning PTX into machine
-/// code is the CUDA driver's job, cached by the driver in `CUDA_CACHE_PATH` (256 MiB by default, too
-/// small for the tuned matmul and convolution kernels of a ResNet): unless the user set them, the
-/// driver's cache goes next to ours with the driver's largest size, 4 GiB.
+/// code is the CUDA driver's job, cached by the driver in `CUDA_CACHE_PATH` (under `~/.nv` by default,
+/// with a size cap below the driver's maximum): unless the user set them, the driver's cache goes
+/// next to ours with the driver's largest size, 4 GiB.
 pub fn configure(cmd: &mut Command) {
     match dir() {
         Some(d) => {

@@ -371,8 +371,9 @@ pub fn bench(args: &crate::cli::BenchArgs) -> Result<i32> {
         .filter_map(|r| Some(r.built_seconds? - r.ready_seconds?))
         .collect();
     // Trials that finished every step: their first step against their later ones.
-    let finished: Vec<&&oom_trial::TrialReport> = reports
+    let finished: Vec<&oom_trial::TrialReport> = reports
         .iter()
+        .copied()
         .filter(|r| r.outcome == oom_trial::TrialOutcome::Fits && r.steps.len() > 1)
         .collect();
     let first_steps: Vec<f64> = finished.iter().map(|r| r.steps[0].seconds).collect();

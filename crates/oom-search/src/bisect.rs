@@ -233,12 +233,8 @@ pub fn bisect_axis(
             // a predicted fit far below the ceiling predicts again from the points it added.
             // That second prediction is one extra probe, once per axis.
             if let Some((_, Outcome::Fits, true)) = last_predicted {
-                if repredicted {
-                    last_predicted = last_predicted.map(|(i, o, _)| (i, o, false));
-                } else {
-                    repredicted = true;
-                    predicted_left += 1;
-                }
+                repredicted = true;
+                predicted_left += 1;
             }
             let guess = match last_predicted {
                 Some((i, Outcome::Fits, false)) => Some(i + 1),
@@ -278,10 +274,10 @@ pub fn bisect_axis(
         });
         let p = probe(s, i, lo, hi);
         if next.is_some() {
-            let far_below = p
-                .measurement
-                .peak_bytes
-                .is_some_and(|b| (b as f64) < FAR_BELOW * ceiling as f64);
+            let far_below = !repredicted
+                && p.measurement
+                    .peak_bytes
+                    .is_some_and(|b| (b as f64) < FAR_BELOW * ceiling as f64);
             last_predicted = Some((i, p.measurement.outcome, far_below));
         }
         match p.measurement.outcome {

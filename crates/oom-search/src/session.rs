@@ -52,19 +52,20 @@ impl<'a> Session<'a> {
     }
 
     fn run_once(&mut self, c: &Candidate, purpose: &Purpose) -> Measurement {
-        if self.max_trials.is_some_and(|m| self.trials.len() >= m) {
-            self.budget_exhausted = true;
-            let mut m = Measurement::new(Outcome::Inconclusive);
-            m.note = "not run: the trial budget (--max-trials) is spent".into();
-            return m;
-        }
-        if self
+        let spent = if self.max_trials.is_some_and(|m| self.trials.len() >= m) {
+            Some("the trial budget (--max-trials)")
+        } else if self
             .deadline
             .is_some_and(|d| std::time::Instant::now() >= d)
         {
+            Some("the time budget (--max-time)")
+        } else {
+            None
+        };
+        if let Some(budget) = spent {
             self.budget_exhausted = true;
             let mut m = Measurement::new(Outcome::Inconclusive);
-            m.note = "not run: the time budget (--max-time) is spent".into();
+            m.note = format!("not run: {budget} is spent");
             return m;
         }
         let attempt = self.attempts.get(c).copied().unwrap_or(0);

@@ -191,13 +191,10 @@ fn prediction_beats_plain_bisection_on_affine_memory() {
 /// The forum scenario's size axis as the H200 measured it (R101 OS8 batch 4, 24 GiB ceiling;
 /// docs/h200/run6-forum-journal.jsonl): live tensors about 0.6 GiB + 7e-5 GiB per pixel, the device
 /// peak about 1.2 × that + 1.1 GiB (context and pool pages). 512² fits (23.8 GiB), 544² does not.
-struct PagedDevice {
-    runs: usize,
-}
+struct PagedDevice;
 
 impl Oracle for PagedDevice {
     fn run(&mut self, c: &Candidate, _: u32) -> Measurement {
-        self.runs += 1;
         let side: f64 = c
             .get("data.size")
             .map(|v| {
@@ -241,7 +238,7 @@ fn prediction_uses_live_tensors_where_device_peaks_are_paged() {
             .collect(),
         original: 31,
     };
-    let mut o = PagedDevice { runs: 0 };
+    let mut o = PagedDevice;
     let mut probed: Vec<String> = vec![];
     let mut ev = |e: &Event| {
         if let Event::TrialStarted { candidate, .. } = e {
@@ -303,6 +300,15 @@ fn unstable_boundary_is_reported() {
 struct Workload {
     runs: usize,
     seen: BTreeSet<(Candidate, u32)>,
+}
+
+impl Workload {
+    fn new() -> Self {
+        Workload {
+            runs: 0,
+            seen: BTreeSet::new(),
+        }
+    }
 }
 
 const MODULES: [(&str, i64); 6] = [
@@ -391,10 +397,7 @@ fn space() -> Space {
 
 #[test]
 fn full_diagnosis_is_consistent_and_1_minimal() {
-    let mut o = Workload {
-        runs: 0,
-        seen: BTreeSet::new(),
-    };
+    let mut o = Workload::new();
     let mut events = vec![];
     let mut ev = |e: &Event| events.push(e.clone());
     let opts = SearchOptions {
@@ -467,10 +470,7 @@ fn full_diagnosis_is_consistent_and_1_minimal() {
 
 #[test]
 fn trial_budget_gives_inconclusive_not_guesses() {
-    let mut o = Workload {
-        runs: 0,
-        seen: BTreeSet::new(),
-    };
+    let mut o = Workload::new();
     let mut ev = |_: &Event| {};
     let opts = SearchOptions {
         ceiling: CEILING as u64,
@@ -490,10 +490,7 @@ fn trial_budget_gives_inconclusive_not_guesses() {
 #[test]
 fn time_budget_stops_starting_trials_and_reports_inconclusive() {
     // A deadline already past: nothing runs, the original itself is inconclusive.
-    let mut o = Workload {
-        runs: 0,
-        seen: BTreeSet::new(),
-    };
+    let mut o = Workload::new();
     let mut ev = |_: &Event| {};
     let opts = SearchOptions {
         ceiling: CEILING as u64,
@@ -513,10 +510,7 @@ fn time_budget_stops_starting_trials_and_reports_inconclusive() {
             self.0.run(c, attempt)
         }
     }
-    let mut unlimited = Workload {
-        runs: 0,
-        seen: BTreeSet::new(),
-    };
+    let mut unlimited = Workload::new();
     let all = {
         let opts = SearchOptions {
             ceiling: CEILING as u64,
@@ -525,10 +519,7 @@ fn time_budget_stops_starting_trials_and_reports_inconclusive() {
         diagnose(&mut unlimited, &mut ev, &space(), &opts);
         unlimited.runs
     };
-    let mut slow = Slow(Workload {
-        runs: 0,
-        seen: BTreeSet::new(),
-    });
+    let mut slow = Slow(Workload::new());
     let opts = SearchOptions {
         ceiling: CEILING as u64,
         deadline: Some(std::time::Instant::now() + std::time::Duration::from_secs(1)),

@@ -116,6 +116,7 @@ fn help_lists_commands_and_exit_codes() {
         "--axes",
         "--max-trials",
         "--max-time",
+        "--confirm-runs",
         "--trial-timeout",
         "--json",
         "--journal",
@@ -276,6 +277,43 @@ fn trial_fits_and_reports_json() {
     assert!(ready <= built && built <= at[0], "{ready} {built} {at:?}");
     assert!(at.windows(2).all(|w| w[0] <= w[1]), "{at:?}");
     assert!(at[at.len() - 1] <= r["wall_seconds"].as_f64().unwrap());
+}
+
+#[test]
+fn every_phase_holds_the_same_memory_after_each_step() {
+    // A forward-only step never calls backward; its autodiff graph (and every activation it saved)
+    // must still be released before the next step, or memory grows step after step and the phase
+    // axis is wrong (seen on the H200: R50 forward-only at batch 3 ran out where a full step at
+    // batch 6 fits).
+    let mut held = vec![];
+    for phase in ["forward", "backward", "step"] {
+        let set = format!("train.phase=\"{phase}\"");
+        let (o, r) = tiny_trial(
+            &format!("phase-{phase}"),
+            &["--set", &set, "--set", "train.steps=3"],
+        );
+        assert_eq!(code(&o), 0, "{}", text(&o));
+        let after: Vec<u64> = r["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["in_use_after_bytes"].as_u64().unwrap())
+            .collect();
+        assert_eq!(after.len(), 3, "{phase}");
+        assert!(
+            after.windows(2).all(|w| w[1] <= w[0] + (64 << 10)),
+            "{phase}: in use after each step grows: {after:?}"
+        );
+        held.push(after[0]);
+    }
+    // Without an optimizer step nothing but the parameters and the batch outlives a step: a
+    // forward-only step leaves what a forward + backward step leaves, not its activations.
+    assert!(
+        held[0] <= held[1] + held[1] / 20,
+        "forward leaves {} in use, forward + backward {}",
+        held[0],
+        held[1]
+    );
 }
 
 #[test]
@@ -458,6 +496,60 @@ fn fake_bisect_json_has_every_field() {
     assert!(r["trials"]["list"].as_array().unwrap().len() > 5);
     let min = r["minimal_failing"]["file"].as_str().unwrap();
     assert!(Path::new(&d.join(min)).exists() || Path::new(min).exists());
+}
+
+#[test]
+fn fake_bench_prints_the_report_writes_json_and_confirms_three_times() {
+    let d = tmp("fakebench");
+    let cfg = root().join("configs/forum-r101-os8-1024.toml");
+    let j = d.join("b.json");
+    let o = run(
+        &[
+            "bench",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--fake-trials",
+            "--journal",
+            d.join("j").to_str().unwrap(),
+            "--json",
+            j.to_str().unwrap(),
+            "--confirm-runs",
+            "2",
+            "-q",
+        ],
+        &d,
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let t = text(&o);
+    for w in [
+        "Verdict:",
+        "confirmed 3/3",
+        "bench:",
+        "per trial",
+        "plain bisection",
+    ] {
+        assert!(t.contains(w), "bench output lacks {w}:\n{t}");
+    }
+    let r = json(&j);
+    let b = r["boundaries"].as_array().unwrap();
+    assert!(
+        b.iter().any(|x| x["confirmations"] == 4),
+        "two re-runs of each side: {b:?}"
+    );
+    // --no-confirm and --confirm-runs contradict each other.
+    let o = run(
+        &[
+            "bisect",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--fake-trials",
+            "--no-confirm",
+            "--confirm-runs",
+            "2",
+        ],
+        &d,
+    );
+    assert_eq!(code(&o), 2, "{}", text(&o));
 }
 
 #[test]

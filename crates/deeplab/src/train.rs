@@ -5,6 +5,7 @@
 use crate::arch::Architecture;
 use crate::config::{Config, Optimizer, Phase};
 use crate::model::{DeepLabV3Plus, Head};
+use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::momentum::MomentumConfig;
@@ -154,8 +155,21 @@ impl<B: AutodiffBackend> Trainer<B> {
         at(Point::Loss);
         match self.phase {
             Phase::Forward => {
-                let loss = read_scalar(loss.clone());
-                self.model = Some(model);
+                let loss = read_scalar(loss);
+                // A forward-only step never runs backward, so its autodiff graph (every activation
+                // saved for backward) would outlive the step and pile up, step after step: the
+                // parameters' leaf nodes, held by the model, keep the graph "maybe useful", and
+                // burn-autodiff frees graphs nobody holds only at the end of a backward pass. So:
+                // the same parameters as new leaves (no copy), then a backward through a
+                // one-element tensor of its own, which frees the old graph.
+                let fresh = DeepLabV3Plus::<B>::from_inner(model.valid());
+                drop(model);
+                let device = self.images.device();
+                let _ = Tensor::<B, 1>::zeros([1], &device)
+                    .require_grad()
+                    .sum()
+                    .backward();
+                self.model = Some(fresh);
                 StepResult {
                     loss: loss as f32,
                     check: loss,

@@ -104,7 +104,16 @@ pub struct BisectArgs {
     /// is reported as inconclusive. The running trial finishes; the journal keeps everything.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub max_time: Option<std::time::Duration>,
-    /// Do not re-run both sides of each boundary before reporting it
+    /// Re-run both sides of each boundary N more times before reporting it (a boundary whose
+    /// re-runs disagree is reported as unstable)
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        conflicts_with = "no_confirm"
+    )]
+    pub confirm_runs: u32,
+    /// Do not re-run boundaries (same as --confirm-runs 0)
     #[arg(long)]
     pub no_confirm: bool,
     /// Do not use measured peaks to predict boundaries (plain bisection)

@@ -123,7 +123,11 @@ pub fn run_bisect(args: &BisectArgs) -> Result<(Workload, DeviceSettings, Bisect
     let on = |s: crate::cli::Step| args.axes.is_empty() || args.axes.contains(&s);
     let opts = SearchOptions {
         ceiling: device.ceiling_bytes.unwrap_or(0),
-        confirm: !args.no_confirm,
+        confirm_runs: if args.no_confirm {
+            0
+        } else {
+            args.confirm_runs
+        },
         predict: !args.no_predict,
         max_trials: args.max_trials,
         deadline: args.max_time.map(|t| std::time::Instant::now() + t),
@@ -165,6 +169,17 @@ pub fn run_bisect(args: &BisectArgs) -> Result<(Workload, DeviceSettings, Bisect
 
 pub fn bisect(args: &BisectArgs) -> Result<i32> {
     let (w, device, run) = run_bisect(args)?;
+    report_run(args, &w, &device, &run)
+}
+
+/// Prints the report of a finished diagnosis, writes its JSON and the minimal failing config, and
+/// gives the exit code; shared by `bisect` and `bench`.
+fn report_run(
+    args: &BisectArgs,
+    w: &Workload,
+    device: &DeviceSettings,
+    run: &BisectRun,
+) -> Result<i32> {
     let d = &run.diagnosis;
     let original_report = run.reports.get(&(Candidate::original(), 0));
 
@@ -188,7 +203,7 @@ pub fn bisect(args: &BisectArgs) -> Result<i32> {
                 "# The smallest configuration that still runs out of memory under {} on {},\n\
                  # found by `oom-bisect bisect --config {}`. Overrides of the original: {}\n{}",
                 fmt_bytes(d.ceiling_bytes),
-                backend_label(&device),
+                backend_label(device),
                 w.path.display(),
                 m.candidate,
                 c.to_toml_string()
@@ -218,7 +233,7 @@ pub fn bisect(args: &BisectArgs) -> Result<i32> {
     }
     let cx = report::Context {
         title: title(&w.config),
-        backend: backend_label(&device),
+        backend: backend_label(device),
         original_report,
         minimal_path,
         minimal_config,
@@ -230,7 +245,7 @@ pub fn bisect(args: &BisectArgs) -> Result<i32> {
     };
     print!("{}", report::text(d, &cx));
     if let Some(j) = &args.json {
-        let v = report::json(d, &cx, &backend_label(&device));
+        let v = report::json(d, &cx, &backend_label(device));
         write_file(j, &serde_json::to_string_pretty(&v).expect("json"))?;
     }
     Ok(match d.original.outcome {
@@ -330,8 +345,14 @@ pub fn inspect(args: &InspectArgs) -> Result<i32> {
 /// training steps it measured, and the first trial (cold kernel caches) against the later ones.
 pub fn bench(args: &crate::cli::BenchArgs) -> Result<i32> {
     let (w, device, run) = run_bisect(&args.bisect)?;
+    // The diagnosis itself first (and its JSON and minimal config), then where its time went.
+    let code = report_run(&args.bisect, &w, &device, &run)?;
     let d = &run.diagnosis;
-    println!("bench: {} on {}", title(&w.config), backend_label(&device));
+    println!(
+        "\nbench: {} on {}",
+        title(&w.config),
+        backend_label(&device)
+    );
     println!(
         "diagnosis: {} trials, {:.1} s wall ({} answered from the journal)",
         d.trials.len(),
@@ -448,5 +469,5 @@ pub fn bench(args: &crate::cli::BenchArgs) -> Result<i32> {
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| "off".into())
     );
-    Ok(code::SUCCESS)
+    Ok(code)
 }

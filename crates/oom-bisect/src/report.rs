@@ -47,7 +47,12 @@ fn boundary_row(a: &AxisSearch) -> String {
             a.axis,
             format!("{} ({})", last_fit.label, peak(last_fit)),
             first_oom.label,
-            if *confirmed { ", confirmed" } else { "" }
+            if *confirmed {
+                let n = a.confirmations / 2 + 1;
+                format!(", confirmed {n}/{n}")
+            } else {
+                String::new()
+            }
         ),
         AxisVerdict::NotTheCause { message, .. }
         | AxisVerdict::AllFit { message, .. }

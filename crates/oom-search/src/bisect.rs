@@ -76,7 +76,7 @@ pub fn bisect_axis(
     hi: usize,
     ceiling: u64,
     predict: bool,
-    confirm: bool,
+    confirm_runs: u32,
 ) -> AxisSearch {
     let start = s.trial_count();
     let mut confirmations = 0;
@@ -318,24 +318,44 @@ pub fn bisect_axis(
     }
 
     let mut confirmed = false;
-    if confirm {
-        let again_fit = s.rerun(
-            &lo_p.candidate,
-            Purpose::Confirm {
-                axis: axis.name.clone(),
-            },
-        );
-        let again_oom = s.rerun(
-            &hi_p.candidate,
-            Purpose::Confirm {
-                axis: axis.name.clone(),
-            },
-        );
-        confirmations = 2;
-        if again_fit.outcome != Outcome::Fits || again_oom.outcome != Outcome::Oom {
+    if confirm_runs > 0 {
+        let purpose = Purpose::Confirm {
+            axis: axis.name.clone(),
+        };
+        // Every re-run of each side, alternating, so that a drift over time shows on both.
+        let (mut fit_again, mut oom_again) = (vec![], vec![]);
+        for _ in 0..confirm_runs {
+            fit_again.push(s.rerun(&lo_p.candidate, purpose.clone()).outcome);
+            oom_again.push(s.rerun(&hi_p.candidate, purpose.clone()).outcome);
+        }
+        confirmations = 2 * confirm_runs as usize;
+        let stable = fit_again.iter().all(|o| *o == Outcome::Fits)
+            && oom_again.iter().all(|o| *o == Outcome::Oom);
+        if !stable {
+            let tally = |outcomes: &[Outcome], want: Outcome| {
+                let others: Vec<String> = outcomes
+                    .iter()
+                    .filter(|o| **o != want)
+                    .map(|o| o.to_string())
+                    .collect();
+                format!(
+                    "{want} {}/{} runs{}",
+                    outcomes.iter().filter(|o| **o == want).count() + 1,
+                    outcomes.len() + 1,
+                    if others.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (else {})", others.join(", "))
+                    }
+                )
+            };
             let message = format!(
-                "the {} boundary is not stable: {} fit, then gave {} on a re-run; {} ran out of memory, then gave {}",
-                axis.name, lo_p.label, again_fit.outcome, hi_p.label, again_oom.outcome
+                "the {} boundary is not stable: {} gave {}; {} gave {}",
+                axis.name,
+                lo_p.label,
+                tally(&fit_again, Outcome::Fits),
+                hi_p.label,
+                tally(&oom_again, Outcome::Oom)
             );
             return done(
                 s,

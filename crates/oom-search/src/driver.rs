@@ -76,8 +76,8 @@ pub struct Space {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SearchOptions {
     pub ceiling: u64,
-    /// Re-run both sides of every boundary before reporting it.
-    pub confirm: bool,
+    /// Re-run both sides of every boundary this many times before reporting it (0: no re-runs).
+    pub confirm_runs: u32,
     /// Probe where measured peaks predict the boundary before bisecting.
     pub predict: bool,
     pub max_trials: Option<usize>,
@@ -94,7 +94,7 @@ impl Default for SearchOptions {
     fn default() -> Self {
         SearchOptions {
             ceiling: 0,
-            confirm: true,
+            confirm_runs: 1,
             predict: true,
             max_trials: None,
             deadline: None,
@@ -195,7 +195,7 @@ pub fn diagnose(
                         last,
                         opts.ceiling,
                         opts.predict,
-                        opts.confirm,
+                        opts.confirm_runs,
                     ));
                 }
             }
@@ -216,7 +216,7 @@ pub fn diagnose(
                     axis.original,
                     opts.ceiling,
                     opts.predict,
-                    opts.confirm,
+                    opts.confirm_runs,
                 ));
             }
             if opts.fixes {
@@ -354,19 +354,7 @@ fn shrink_axes(
             if i == 0 {
                 continue;
             }
-            // One step lower first: when it fits, this axis is already minimal (and the probe is the
-            // passing neighbour the report shows anyway).
-            let below = s.measure(&axis.at(&cur, i - 1), Purpose::Minimise);
-            if below.outcome != Outcome::Oom {
-                continue;
-            }
-            let r = bisect_axis(s, axis, &cur, 0, i - 1, opts.ceiling, opts.predict, false);
-            let first_oom = match r.verdict {
-                AxisVerdict::Boundary { first_oom, .. } => Some(first_oom.index),
-                AxisVerdict::NotTheCause { lowest, .. } => Some(lowest.index),
-                _ => None,
-            };
-            if let Some(f) = first_oom.filter(|f| *f < i) {
+            if let Some(f) = lower_on(s, axis, &cur, i, opts).filter(|f| *f < i) {
                 cur = axis.at(&cur, f);
                 changed = true;
             }
@@ -376,6 +364,44 @@ fn shrink_axes(
         }
     }
     cur
+}
+
+/// The first value at or below `i` on `axis` that still runs out of memory, on top of `cur` (which
+/// runs out of memory at `i`). Gallops down (1, 2, 4, … steps below `i`) until a value fits, then
+/// bisects between that fit and the lowest failure: the other axes have already been lowered, so
+/// the boundary is usually a few steps below, where bisecting the whole axis would cost its log.
+fn lower_on(
+    s: &mut Session<'_>,
+    axis: &Axis,
+    cur: &Candidate,
+    i: usize,
+    opts: &SearchOptions,
+) -> Option<usize> {
+    let mut first_oom = i;
+    let mut step = 1;
+    let fit = loop {
+        let j = i.saturating_sub(step);
+        // One step lower first: when it fits, this axis is already minimal (and the probe is the
+        // passing neighbour the report shows anyway).
+        let m = s.measure(&axis.at(cur, j), Purpose::Minimise);
+        match m.outcome {
+            Outcome::Fits => break j,
+            Outcome::Oom if j == 0 => return Some(0),
+            Outcome::Oom => first_oom = j,
+            // Unmeasurable: keep what is known.
+            Outcome::Inconclusive => return Some(first_oom),
+        }
+        step *= 2;
+    };
+    if first_oom - fit == 1 {
+        return Some(first_oom);
+    }
+    let r = bisect_axis(s, axis, cur, fit, first_oom, opts.ceiling, opts.predict, 0);
+    match r.verdict {
+        AxisVerdict::Boundary { first_oom, .. } => Some(first_oom.index),
+        AxisVerdict::NotTheCause { lowest, .. } => Some(lowest.index),
+        _ => Some(first_oom),
+    }
 }
 
 /// The smallest configuration that still runs out of memory: every monotone axis lowered to a

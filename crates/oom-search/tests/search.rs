@@ -83,7 +83,7 @@ fn search(
         n - 1,
         ceiling,
         predict,
-        confirm,
+        u32::from(confirm),
     )
 }
 
@@ -247,16 +247,7 @@ fn prediction_uses_live_tensors_where_device_peaks_are_paged() {
     };
     let mut s = Session::new(&mut o, &mut ev, None);
     s.measure(&Candidate::original(), Purpose::Original);
-    let r = bisect_axis(
-        &mut s,
-        &a,
-        &Candidate::original(),
-        0,
-        31,
-        24 << 30,
-        true,
-        false,
-    );
+    let r = bisect_axis(&mut s, &a, &Candidate::original(), 0, 31, 24 << 30, true, 0);
     match &r.verdict {
         AxisVerdict::Boundary {
             last_fit,
@@ -291,8 +282,58 @@ fn unstable_boundary_is_reported() {
     let mut o = Flip(4);
     let mut ev = |_: &Event| {};
     let mut s = Session::new(&mut o, &mut ev, None);
-    let r = bisect_axis(&mut s, &a, &Candidate::original(), 0, 7, 0, false, true);
+    let r = bisect_axis(&mut s, &a, &Candidate::original(), 0, 7, 0, false, 1);
     assert!(matches!(r.verdict, AxisVerdict::Unstable { .. }), "{r:?}");
+}
+
+#[test]
+fn more_confirmation_runs_catch_a_rarer_flake() {
+    // The first failing value fits on its third run only (attempt 2).
+    struct Late(usize);
+    impl Oracle for Late {
+        fn run(&mut self, c: &Candidate, attempt: u32) -> Measurement {
+            let i: usize = c.get("data.batch").map(|v| v.parse().unwrap()).unwrap_or(8);
+            let fits = i < self.0 || (i == self.0 && attempt == 2);
+            Measurement::new(if fits { Outcome::Fits } else { Outcome::Oom })
+        }
+    }
+    let a = axis("batch", "data.batch", 8);
+    let run = |confirm_runs: u32| {
+        let mut o = Late(4);
+        let mut ev = |_: &Event| {};
+        let mut s = Session::new(&mut o, &mut ev, None);
+        bisect_axis(
+            &mut s,
+            &a,
+            &Candidate::original(),
+            0,
+            7,
+            0,
+            false,
+            confirm_runs,
+        )
+    };
+    let once = run(1);
+    assert!(
+        matches!(
+            once.verdict,
+            AxisVerdict::Boundary {
+                confirmed: true,
+                ..
+            }
+        ),
+        "{once:?}"
+    );
+    assert_eq!(once.confirmations, 2);
+    let twice = run(2);
+    assert_eq!(twice.confirmations, 4);
+    match &twice.verdict {
+        AxisVerdict::Unstable { message, .. } => {
+            assert!(message.contains("oom 2/3 runs (else fits)"), "{message}");
+            assert!(message.contains("fits 3/3 runs"), "{message}");
+        }
+        v => panic!("{v:?}"),
+    }
 }
 
 /// A fake workload: memory is a sum of per-axis and per-module terms, with one module whose swap adds

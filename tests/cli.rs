@@ -317,6 +317,41 @@ fn every_phase_holds_the_same_memory_after_each_step() {
 }
 
 #[test]
+fn lean_batch_norm_holds_less_and_bad_values_are_named() {
+    let (o, plain) = tiny_trial("bn-burn", &[]);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let (o, lean) = tiny_trial("bn-lean", &["--set", "model.batch_norm=\"lean\""]);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    // What the forward pass keeps for backward: in use at the loss of step 1, less what step 0
+    // left (parameters, momentum, batch). Two input-sized tensors fewer per BatchNorm (5 against 3
+    // per conv-BN-ReLU layer): well under burn-nn's (CPU counting allocator: deterministic).
+    let kept = |r: &Value| {
+        let at_loss = r["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["step"] == 1 && s["name"] == "loss")
+            .unwrap()["in_use_bytes"]
+            .as_u64()
+            .unwrap();
+        at_loss - r["steps"][0]["in_use_after_bytes"].as_u64().unwrap()
+    };
+    assert!(
+        kept(&lean) * 10 < kept(&plain) * 8,
+        "lean keeps {} against burn-nn's {}",
+        kept(&lean),
+        kept(&plain)
+    );
+    let (o, _) = tiny_trial("bn-bad", &["--set", "model.batch_norm=\"fast\""]);
+    assert_eq!(code(&o), 11, "{}", text(&o));
+    let t = text(&o);
+    assert!(
+        t.contains("model.batch_norm") && t.contains("lean"),
+        "the error names the key and what is allowed: {t}"
+    );
+}
+
+#[test]
 fn trial_under_a_small_ceiling_is_oom_with_its_stage() {
     let (o, r) = tiny_trial("oom", &["--memory-limit", "48MiB"]);
     assert_eq!(code(&o), 3, "{}", text(&o));

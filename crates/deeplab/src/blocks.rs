@@ -5,6 +5,9 @@ use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::{BatchNorm, BatchNormConfig, PaddingConfig2d};
 use burn::prelude::*;
 use burn::tensor::activation::relu;
+use std::cell::Cell;
+
+use crate::config::BatchNormKind;
 
 /// A bias-free convolution, as every convolution followed by BatchNorm in torchvision.
 pub fn conv(
@@ -23,15 +26,88 @@ pub fn conv(
         .with_bias(false)
 }
 
-pub fn bn<B: Backend>(channels: usize, device: &B::Device) -> BatchNorm<B> {
-    BatchNormConfig::new(channels).init(device)
+thread_local! {
+    /// The `model.batch_norm` of the model being built on this thread (see `building_with`).
+    static LEAN_BATCH_NORM: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `build` with every `bn` it creates lean (or not): the model reads `model.batch_norm` once,
+/// here, instead of threading it through every block's constructor.
+pub(crate) fn building_with<T>(kind: BatchNormKind, build: impl FnOnce() -> T) -> T {
+    let before = LEAN_BATCH_NORM.replace(kind == BatchNormKind::Lean);
+    let out = build();
+    LEAN_BATCH_NORM.set(before);
+    out
+}
+
+pub fn bn<B: Backend>(channels: usize, device: &B::Device) -> Norm<B> {
+    Norm {
+        bn: BatchNormConfig::new(channels).init(device),
+        lean: LEAN_BATCH_NORM.get(),
+    }
+}
+
+/// torchvision's `BatchNorm2d`: burn-nn's module (its parameters, running statistics and
+/// inference path), trained either as burn-nn computes it or written lean (`model.batch_norm`).
+#[derive(Module, Debug)]
+pub struct Norm<B: Backend> {
+    pub bn: BatchNorm<B>,
+    #[module(skip)]
+    pub lean: bool,
+}
+
+impl<B: Backend> Norm<B> {
+    pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        if self.lean && B::ad_enabled(&x.device()) {
+            self.forward_lean(x)
+        } else {
+            self.bn.forward(x)
+        }
+    }
+
+    /// burn-nn's training forward computes `x − mean` twice and keeps three input-sized tensors for
+    /// backward (`sub`, `square` and the scaling each keep an operand); PyTorch keeps one. This is
+    /// the same function, the same gradient and the same running-statistics update, written so that
+    /// the one centred tensor is what backward keeps (`cargo run -p oom-trial --example
+    /// saved_bytes` measures both).
+    fn forward_lean(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        let bn = &self.bn;
+        let [n, c, h, w] = x.dims();
+        let per_channel = |t: Tensor<B, 4>| {
+            t.swap_dims(0, 1)
+                .reshape([c, n * h * w])
+                .mean_dim(1)
+                .reshape([1, c, 1, 1])
+        };
+        let mean = per_channel(x.clone());
+        let centred = x - mean.clone();
+        let var = per_channel(centred.clone().powi_scalar(2));
+        let device = centred.device();
+        let m = bn.momentum;
+        let running_mean = bn.running_mean.value_sync().to_device(&device);
+        let running_var = bn.running_var.value_sync().to_device(&device);
+        bn.running_mean.update(
+            running_mean
+                .mul_scalar(1.0 - m)
+                .add(mean.detach().mul_scalar(m).reshape([c]))
+                .detach(),
+        );
+        bn.running_var.update(
+            running_var
+                .mul_scalar(1.0 - m)
+                .add(var.clone().detach().mul_scalar(m).reshape([c]))
+                .detach(),
+        );
+        let scale = bn.gamma.val().reshape([1, c, 1, 1]) / (var + bn.epsilon).sqrt();
+        centred * scale + bn.beta.val().reshape([1, c, 1, 1])
+    }
 }
 
 /// `Conv2d → BatchNorm → ReLU`, torchvision's `Sequential(conv, bn, relu)`.
 #[derive(Module, Debug)]
 pub struct ConvBnRelu<B: Backend> {
     pub conv: Conv2d<B>,
-    pub bn: BatchNorm<B>,
+    pub bn: Norm<B>,
 }
 
 impl<B: Backend> ConvBnRelu<B> {
@@ -93,7 +169,7 @@ impl<B: Backend> Conv3x3<B> {
 #[derive(Module, Debug)]
 pub struct Downsample<B: Backend> {
     pub conv: Conv2d<B>,
-    pub bn: BatchNorm<B>,
+    pub bn: Norm<B>,
 }
 
 impl<B: Backend> Downsample<B> {
@@ -117,9 +193,9 @@ pub struct BlockSpec {
 #[derive(Module, Debug)]
 pub struct BasicBlock<B: Backend> {
     pub conv1: Conv2d<B>,
-    pub bn1: BatchNorm<B>,
+    pub bn1: Norm<B>,
     pub conv2: Conv2d<B>,
-    pub bn2: BatchNorm<B>,
+    pub bn2: Norm<B>,
     pub downsample: Option<Downsample<B>>,
 }
 
@@ -127,11 +203,11 @@ pub struct BasicBlock<B: Backend> {
 #[derive(Module, Debug)]
 pub struct Bottleneck<B: Backend> {
     pub conv1: Conv2d<B>,
-    pub bn1: BatchNorm<B>,
+    pub bn1: Norm<B>,
     pub conv2: Conv2d<B>,
-    pub bn2: BatchNorm<B>,
+    pub bn2: Norm<B>,
     pub conv3: Conv2d<B>,
-    pub bn3: BatchNorm<B>,
+    pub bn3: Norm<B>,
     pub downsample: Option<Downsample<B>>,
 }
 
@@ -199,5 +275,57 @@ impl<B: Backend> Block<B> {
                 relu(out + identity)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::{Autodiff, Flex};
+    use burn::tensor::Distribution;
+
+    type B = Autodiff<Flex>;
+
+    /// Lean and burn-nn BatchNorm: same output, same input and parameter gradients, same running
+    /// statistics afterwards.
+    #[test]
+    fn lean_batch_norm_computes_what_burn_nn_does() {
+        let device = Default::default();
+        let base: BatchNorm<B> = BatchNormConfig::new(6).init(&device);
+        let plain = Norm {
+            bn: base.clone(),
+            lean: false,
+        };
+        // Its own copy (a loaded record), so that each updates its own running statistics.
+        let lean = Norm {
+            bn: BatchNormConfig::new(6)
+                .init::<B>(&device)
+                .load_record(base.clone().into_record()),
+            lean: true,
+        };
+        let x = Tensor::<B, 4>::random([3, 6, 5, 4], Distribution::Normal(1.0, 2.0), &device);
+        let r = Tensor::<B, 4>::random([3, 6, 5, 4], Distribution::Default, &device);
+        let (xa, xb) = (x.clone().detach().require_grad(), x.detach().require_grad());
+        let (ya, yb) = (plain.forward(xa.clone()), lean.forward(xb.clone()));
+        let max = |t: Tensor<Flex, 4>| -> f32 { t.abs().max().into_scalar() };
+        assert!(max((ya.clone() - yb.clone()).inner()) < 1e-5);
+        let (ga, gb) = ((ya * r.clone()).sum().backward(), (yb * r).sum().backward());
+        let dx = xa.grad(&ga).unwrap() - xb.grad(&gb).unwrap();
+        assert!(max(dx) < 1e-5);
+        let dgamma = plain.bn.gamma.grad(&ga).unwrap() - lean.bn.gamma.grad(&gb).unwrap();
+        let v: f32 = dgamma.abs().max().into_scalar();
+        assert!(v < 1e-4, "{v}");
+        for (a, b) in [
+            (&plain.bn.running_mean, &lean.bn.running_mean),
+            (&plain.bn.running_var, &lean.bn.running_var),
+        ] {
+            let d: f32 = (a.value_sync() - b.value_sync()).abs().max().into_scalar();
+            assert!(d < 1e-5, "running statistics differ by {d}");
+        }
+        // Both were updated (the input's mean is about 1, the initial running mean 0).
+        let m: f32 = lean.bn.running_mean.value_sync().mean().into_scalar();
+        assert!(m > 0.05, "{m}");
+        let m: f32 = plain.bn.running_mean.value_sync().mean().into_scalar();
+        assert!(m > 0.05, "{m}");
     }
 }

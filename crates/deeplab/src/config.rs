@@ -102,6 +102,26 @@ pub struct ModelConfig {
     /// Stage id after which the forward pass stops and the loss is taken.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncate_after: Option<String>,
+    /// How BatchNorm is computed in training: burn-nn's (the default) or lean (same function and
+    /// gradient, one input-sized tensor kept for backward instead of three, as in PyTorch).
+    #[serde(default, skip_serializing_if = "BatchNormKind::is_burn")]
+    pub batch_norm: BatchNormKind,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BatchNormKind {
+    /// burn-nn's `BatchNorm`: three input-sized tensors kept for backward.
+    #[default]
+    Burn,
+    /// One input-sized tensor kept (`x − mean`), like PyTorch's.
+    Lean,
+}
+
+impl BatchNormKind {
+    pub fn is_burn(&self) -> bool {
+        *self == BatchNormKind::Burn
+    }
 }
 
 fn default_aspp_channels() -> usize {
@@ -304,6 +324,7 @@ pub const KEYS: &[(&str, &[&str])] = &[
             "aux_head",
             "identity",
             "truncate_after",
+            "batch_norm",
         ],
     ),
     ("data", &["batch", "size"]),
@@ -494,6 +515,7 @@ impl Config {
                 aux_head: false,
                 identity: vec![],
                 truncate_after: None,
+                batch_norm: BatchNormKind::Burn,
             },
             data: DataConfig {
                 batch: 4,

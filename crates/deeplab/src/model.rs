@@ -4,11 +4,11 @@
 //! stage to an observer and stops after the truncation stage.
 
 use crate::arch::{Architecture, LAYERS};
-use crate::blocks::{bn, conv, Block, Conv3x3, ConvBnRelu};
+use crate::blocks::{bn, conv, Block, Conv3x3, ConvBnRelu, Norm};
 use burn::nn::attention::{MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
-use burn::nn::{BatchNorm, Dropout, DropoutConfig, PaddingConfig2d};
+use burn::nn::{Dropout, DropoutConfig, PaddingConfig2d};
 use burn::prelude::*;
 use burn::tensor::activation::relu;
 use burn::tensor::module::adaptive_avg_pool2d;
@@ -97,7 +97,7 @@ mod tests {
 #[derive(Module, Debug)]
 pub struct ResNet<B: Backend> {
     pub conv1: Conv2d<B>,
-    pub bn1: BatchNorm<B>,
+    pub bn1: Norm<B>,
     pub maxpool: MaxPool2d,
     /// `layer1` … `layer4`; a block swapped for identity is `None`.
     pub layers: Vec<Vec<Option<Block<B>>>>,
@@ -221,6 +221,10 @@ pub struct DeepLabV3Plus<B: Backend> {
 impl<B: Backend> DeepLabV3Plus<B> {
     /// Builds the whole model (every parameter, also past the truncation point, as in real training).
     pub fn new(arch: Architecture, device: &B::Device) -> Self {
+        crate::blocks::building_with(arch.config.batch_norm, || Self::build(arch, device))
+    }
+
+    fn build(arch: Architecture, device: &B::Device) -> Self {
         let m = &arch.config;
         let sep = m.separable;
         let bottleneck = m.backbone.bottleneck();

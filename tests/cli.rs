@@ -90,6 +90,33 @@ fn tiny_trial(name: &str, extra: &[&str]) -> (Output, Value) {
     (o, r)
 }
 
+/// `cmd` (`bisect` or `bench`) on the forum config with fake trials, quiet, a journal and a JSON
+/// report in a directory of its own, plus `extra`: the output, the JSON (Null when none was written)
+/// and the directory.
+fn fake_forum(cmd: &str, name: &str, extra: &[&str]) -> (Output, Value, PathBuf) {
+    let d = tmp(name);
+    let cfg = root().join("configs/forum-r101-os8-1024.toml");
+    let (journal, j) = (d.join("j"), d.join("r.json"));
+    let mut args = vec![
+        cmd,
+        "--config",
+        cfg.to_str().unwrap(),
+        "--fake-trials",
+        "--journal",
+        journal.to_str().unwrap(),
+        "--json",
+        j.to_str().unwrap(),
+        "-q",
+    ];
+    args.extend(extra);
+    let o = run(&args, &d);
+    let r = std::fs::read_to_string(&j)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(Value::Null);
+    (o, r, d)
+}
+
 #[test]
 fn help_lists_commands_and_exit_codes() {
     let d = tmp("help");
@@ -453,57 +480,20 @@ fn inspect_prints_ids_and_the_exact_parameter_count() {
 
 #[test]
 fn max_time_reports_what_was_measured_and_rejects_bad_durations() {
-    let d = tmp("maxtime");
-    let cfg = root().join("configs/forum-r101-os8-1024.toml");
-    let j = d.join("d.json");
-    let args = |t: &'static str| {
-        vec![
-            "bisect".to_string(),
-            "--config".into(),
-            cfg.to_str().unwrap().into(),
-            "--fake-trials".into(),
-            "--journal".into(),
-            d.join("j").to_str().unwrap().into(),
-            "--json".into(),
-            j.to_str().unwrap().into(),
-            "-q".into(),
-            "--max-time".into(),
-            t.into(),
-        ]
-    };
-    let a = args("0s");
-    let o = run(&a.iter().map(|s| s.as_str()).collect::<Vec<_>>(), &d);
+    let (o, r, _) = fake_forum("bisect", "maxtime", &["--max-time", "0s"]);
     let t = text(&o);
     assert!(t.contains("--max-time") && t.contains("ran out"), "{t}");
-    let r = json(&j);
     assert_eq!(r["trials"]["budget_exhausted"], true);
     assert_eq!(r["trials"]["count"], 0);
     assert_eq!(r["original"]["outcome"], "inconclusive");
-    let a = args("5 parsecs");
-    let o = run(&a.iter().map(|s| s.as_str()).collect::<Vec<_>>(), &d);
+    let (o, _, _) = fake_forum("bisect", "maxtime-bad", &["--max-time", "5 parsecs"]);
     assert_eq!(code(&o), 2, "{}", text(&o));
     assert!(text(&o).contains("use s, m or h"), "{}", text(&o));
 }
 
 #[test]
 fn fake_bisect_json_has_every_field() {
-    let d = tmp("fakejson");
-    let cfg = root().join("configs/forum-r101-os8-1024.toml");
-    let j = d.join("d.json");
-    let o = run(
-        &[
-            "bisect",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--fake-trials",
-            "--journal",
-            d.join("j").to_str().unwrap(),
-            "--json",
-            j.to_str().unwrap(),
-            "-q",
-        ],
-        &d,
-    );
+    let (o, r, d) = fake_forum("bisect", "fakejson", &[]);
     assert_eq!(code(&o), 0, "{}", text(&o));
     let t = text(&o);
     assert!(t.contains("FAKE TRIALS"));
@@ -511,7 +501,6 @@ fn fake_bisect_json_has_every_field() {
         t.contains("Reproduce with: oom-bisect trial --config"),
         "{t}"
     );
-    let r = json(&j);
     assert_eq!(r["original"]["outcome"], "oom");
     assert!(r["ceiling_bytes"].as_u64().unwrap() == 24u64 << 30);
     assert!(r["backend"].is_string());
@@ -535,25 +524,7 @@ fn fake_bisect_json_has_every_field() {
 
 #[test]
 fn fake_bench_prints_the_report_writes_json_and_confirms_three_times() {
-    let d = tmp("fakebench");
-    let cfg = root().join("configs/forum-r101-os8-1024.toml");
-    let j = d.join("b.json");
-    let o = run(
-        &[
-            "bench",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--fake-trials",
-            "--journal",
-            d.join("j").to_str().unwrap(),
-            "--json",
-            j.to_str().unwrap(),
-            "--confirm-runs",
-            "2",
-            "-q",
-        ],
-        &d,
-    );
+    let (o, r, _) = fake_forum("bench", "fakebench", &["--confirm-runs", "2"]);
     assert_eq!(code(&o), 0, "{}", text(&o));
     let t = text(&o);
     for w in [
@@ -565,24 +536,16 @@ fn fake_bench_prints_the_report_writes_json_and_confirms_three_times() {
     ] {
         assert!(t.contains(w), "bench output lacks {w}:\n{t}");
     }
-    let r = json(&j);
     let b = r["boundaries"].as_array().unwrap();
     assert!(
         b.iter().any(|x| x["confirmations"] == 4),
         "two re-runs of each side: {b:?}"
     );
     // --no-confirm and --confirm-runs contradict each other.
-    let o = run(
-        &[
-            "bisect",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--fake-trials",
-            "--no-confirm",
-            "--confirm-runs",
-            "2",
-        ],
-        &d,
+    let (o, _, _) = fake_forum(
+        "bisect",
+        "fakebench-both",
+        &["--no-confirm", "--confirm-runs", "2"],
     );
     assert_eq!(code(&o), 2, "{}", text(&o));
 }

@@ -67,6 +67,14 @@ fn json(path: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
+/// The JSON report at `path`, or Null when the command wrote none.
+fn json_if_written(path: &Path) -> Value {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(Value::Null)
+}
+
 /// A trial of the tiny config on the CPU backend with `extra` flags: its output and JSON report.
 fn tiny_trial(name: &str, extra: &[&str]) -> (Output, Value) {
     let d = tmp(name);
@@ -83,11 +91,7 @@ fn tiny_trial(name: &str, extra: &[&str]) -> (Output, Value) {
     ];
     args.extend(extra);
     let o = run(&args, &d);
-    let r = std::fs::read_to_string(&j)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or(Value::Null);
-    (o, r)
+    (o, json_if_written(&j))
 }
 
 /// `cmd` (`bisect` or `bench`) on the forum config with fake trials, quiet, a journal and a JSON
@@ -110,10 +114,7 @@ fn fake_forum(cmd: &str, name: &str, extra: &[&str]) -> (Output, Value, PathBuf)
     ];
     args.extend(extra);
     let o = run(&args, &d);
-    let r = std::fs::read_to_string(&j)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or(Value::Null);
+    let r = json_if_written(&j);
     (o, r, d)
 }
 

@@ -354,7 +354,8 @@ fn shrink_axes(
             if i == 0 {
                 continue;
             }
-            if let Some(f) = lower_on(s, axis, &cur, i, opts).filter(|f| *f < i) {
+            let f = lower_on(s, axis, &cur, i, opts);
+            if f < i {
                 cur = axis.at(&cur, f);
                 changed = true;
             }
@@ -370,37 +371,34 @@ fn shrink_axes(
 /// runs out of memory at `i`). Gallops down (1, 2, 4, … steps below `i`) until a value fits, then
 /// bisects between that fit and the lowest failure: the other axes have already been lowered, so
 /// the boundary is usually a few steps below, where bisecting the whole axis would cost its log.
+/// The first probe, one step lower, is the passing neighbour the report shows when it fits.
 fn lower_on(
     s: &mut Session<'_>,
     axis: &Axis,
     cur: &Candidate,
     i: usize,
     opts: &SearchOptions,
-) -> Option<usize> {
+) -> usize {
     let mut first_oom = i;
     let mut step = 1;
     let fit = loop {
         let j = i.saturating_sub(step);
-        // One step lower first: when it fits, this axis is already minimal (and the probe is the
-        // passing neighbour the report shows anyway).
-        let m = s.measure(&axis.at(cur, j), Purpose::Minimise);
-        match m.outcome {
+        match s.measure(&axis.at(cur, j), Purpose::Minimise).outcome {
             Outcome::Fits => break j,
-            Outcome::Oom if j == 0 => return Some(0),
+            Outcome::Oom if j == 0 => return 0,
             Outcome::Oom => first_oom = j,
             // Unmeasurable: keep what is known.
-            Outcome::Inconclusive => return Some(first_oom),
+            Outcome::Inconclusive => return first_oom,
         }
         step *= 2;
     };
     if first_oom - fit == 1 {
-        return Some(first_oom);
+        return first_oom;
     }
-    let r = bisect_axis(s, axis, cur, fit, first_oom, opts.ceiling, opts.predict, 0);
-    match r.verdict {
-        AxisVerdict::Boundary { first_oom, .. } => Some(first_oom.index),
-        AxisVerdict::NotTheCause { lowest, .. } => Some(lowest.index),
-        _ => Some(first_oom),
+    match bisect_axis(s, axis, cur, fit, first_oom, opts.ceiling, opts.predict, 0).verdict {
+        AxisVerdict::Boundary { first_oom, .. } => first_oom.index,
+        AxisVerdict::NotTheCause { lowest, .. } => lowest.index,
+        _ => first_oom,
     }
 }
 

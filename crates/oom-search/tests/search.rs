@@ -267,19 +267,29 @@ fn prediction_uses_live_tensors_where_device_peaks_are_paged() {
     assert!(r.trials <= 5, "{} trials: {probed:?}", r.trials);
 }
 
+/// A batch axis whose values below `boundary` fit and above it do not, and `boundary` itself fits
+/// on its run number `attempt` only: a flaky boundary.
+struct FitsOnAttempt {
+    boundary: usize,
+    attempt: u32,
+}
+
+impl Oracle for FitsOnAttempt {
+    fn run(&mut self, c: &Candidate, attempt: u32) -> Measurement {
+        let i: usize = c.get("data.batch").map(|v| v.parse().unwrap()).unwrap_or(8);
+        let fits = i < self.boundary || (i == self.boundary && attempt == self.attempt);
+        Measurement::new(if fits { Outcome::Fits } else { Outcome::Oom })
+    }
+}
+
 #[test]
 fn unstable_boundary_is_reported() {
     // The last fitting value fits on its first run and runs out of memory on its re-run.
-    struct Flip(usize);
-    impl Oracle for Flip {
-        fn run(&mut self, c: &Candidate, attempt: u32) -> Measurement {
-            let i: usize = c.get("data.batch").map(|v| v.parse().unwrap()).unwrap_or(8);
-            let fits = i < self.0 || (i == self.0 && attempt == 0);
-            Measurement::new(if fits { Outcome::Fits } else { Outcome::Oom })
-        }
-    }
     let a = axis("batch", "data.batch", 8);
-    let mut o = Flip(4);
+    let mut o = FitsOnAttempt {
+        boundary: 4,
+        attempt: 0,
+    };
     let mut ev = |_: &Event| {};
     let mut s = Session::new(&mut o, &mut ev, None);
     let r = bisect_axis(&mut s, &a, &Candidate::original(), 0, 7, 0, false, 1);
@@ -289,17 +299,12 @@ fn unstable_boundary_is_reported() {
 #[test]
 fn more_confirmation_runs_catch_a_rarer_flake() {
     // The first failing value fits on its third run only (attempt 2).
-    struct Late(usize);
-    impl Oracle for Late {
-        fn run(&mut self, c: &Candidate, attempt: u32) -> Measurement {
-            let i: usize = c.get("data.batch").map(|v| v.parse().unwrap()).unwrap_or(8);
-            let fits = i < self.0 || (i == self.0 && attempt == 2);
-            Measurement::new(if fits { Outcome::Fits } else { Outcome::Oom })
-        }
-    }
     let a = axis("batch", "data.batch", 8);
     let run = |confirm_runs: u32| {
-        let mut o = Late(4);
+        let mut o = FitsOnAttempt {
+            boundary: 4,
+            attempt: 2,
+        };
         let mut ev = |_: &Event| {};
         let mut s = Session::new(&mut o, &mut ev, None);
         bisect_axis(

@@ -1,5 +1,6 @@
-//! Bisection of one monotone axis with three-valued outcomes: both ends checked first, probes ordered
-//! by the peaks measured so far, inconclusive values skipped, the boundary confirmed by re-running it.
+//! Bisection of one monotone axis with three-valued outcomes, in four steps: check both ends, then
+//! narrow the interval (probing where the measured peaks predict the boundary, else the middle),
+//! then confirm the boundary by re-running both sides. [`bisect_axis`] reads as that outline.
 
 use crate::model::predict_boundary;
 use crate::session::Session;
@@ -65,317 +66,383 @@ pub struct AxisSearch {
     pub plain_bisection: usize,
 }
 
-/// Searches `axis` between indices `lo` and `hi` (lo expected to fit, hi to run out of memory), on
-/// top of `base`. `purpose_axis` names the axis in events.
-#[allow(clippy::too_many_arguments)]
+/// How one axis is searched.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AxisOptions {
+    /// The memory ceiling in bytes (0 when unknown: predictions are then never informed).
+    pub ceiling: u64,
+    /// Probe where measured peaks predict the boundary before bisecting.
+    pub predict: bool,
+    /// Re-run both sides of the boundary this many times (0: no re-runs).
+    pub confirm_runs: u32,
+}
+
+/// Searches `axis` between indices `lo` (expected to fit) and `hi` (expected to run out of memory),
+/// on top of `base`.
 pub fn bisect_axis(
     s: &mut Session<'_>,
     axis: &Axis,
     base: &Candidate,
     lo: usize,
     hi: usize,
-    ceiling: u64,
-    predict: bool,
-    confirm_runs: u32,
+    opts: &AxisOptions,
 ) -> AxisSearch {
-    let start = s.trial_count();
-    let mut confirmations = 0;
-    let probe = |s: &mut Session<'_>, i: usize, lo: usize, hi: usize| -> Probe {
-        let c = axis.at(base, i);
+    let search = Search {
+        axis,
+        base,
+        start: s.trial_count(),
+        plain_bisection: plain_bisection_trials(hi - lo + 1),
+    };
+    let (bottom, top) = match search.check_ends(s, lo, hi) {
+        Ok(ends) => ends,
+        Err(verdict) => return search.done(s, verdict, 0),
+    };
+    let mut predictor = Predictor::new(axis, opts);
+    predictor.note_fit(&bottom);
+    let (last_fit, first_oom, skipped) = search.narrow(s, bottom, top, &mut predictor);
+    if first_oom.index - last_fit.index > 1 {
+        let verdict = search.gap(last_fit, first_oom, &skipped);
+        return search.done(s, verdict, 0);
+    }
+    let verdict = search.confirm(s, last_fit, first_oom, opts.confirm_runs);
+    search.done(s, verdict, 2 * opts.confirm_runs as usize)
+}
+
+/// ceil(log2(n)) + 2: both ends, then halving the interval.
+fn plain_bisection_trials(n: usize) -> usize {
+    let mut log = 0;
+    while (1usize << log) < n {
+        log += 1;
+    }
+    log + 2
+}
+
+/// One axis being searched: what every step needs to probe and to report.
+struct Search<'a> {
+    axis: &'a Axis,
+    base: &'a Candidate,
+    /// The session's trial count when this axis began.
+    start: usize,
+    plain_bisection: usize,
+}
+
+impl Search<'_> {
+    fn probe(&self, s: &mut Session<'_>, i: usize, lo: usize, hi: usize) -> Probe {
+        let values = &self.axis.values;
+        let c = self.axis.at(self.base, i);
         let m = s.measure(
             &c,
             Purpose::Axis {
-                axis: axis.name.clone(),
-                lo: axis.values[lo].label.clone(),
-                hi: axis.values[hi].label.clone(),
+                axis: self.axis.name.clone(),
+                lo: values[lo].label.clone(),
+                hi: values[hi].label.clone(),
             },
         );
         Probe {
             index: i,
-            label: axis.values[i].label.clone(),
+            label: values[i].label.clone(),
             candidate: c,
             measurement: m,
         }
-    };
+    }
 
-    let n = hi - lo + 1;
-    let plain_bisection = {
-        let mut log = 0;
-        while (1usize << log) < n {
-            log += 1;
+    fn done(&self, s: &Session<'_>, verdict: AxisVerdict, confirmations: usize) -> AxisSearch {
+        AxisSearch {
+            axis: self.axis.name.clone(),
+            verdict,
+            trials: s.trial_count() - self.start,
+            confirmations,
+            plain_bisection: self.plain_bisection,
         }
-        log + 2
-    };
-    let done = |s: &Session<'_>, verdict: AxisVerdict, confirmations: usize| AxisSearch {
-        axis: axis.name.clone(),
-        verdict,
-        trials: s.trial_count() - start,
-        confirmations,
-        plain_bisection,
-    };
+    }
 
-    let top = probe(s, hi, lo, hi);
-    match top.measurement.outcome {
-        Outcome::Fits => {
-            let message = format!(
-                "{} {} fits: nothing to search on this axis",
-                axis.name, top.label
-            );
-            return done(
-                s,
-                AxisVerdict::AllFit {
+    fn unmeasured(&self, p: &Probe) -> String {
+        format!(
+            "{} {} could not be measured ({}), so the axis was not searched",
+            self.axis.name, p.label, p.measurement.note
+        )
+    }
+
+    /// The top end must run out of memory and the bottom end fit; otherwise the verdict is settled
+    /// here (all fit, not the cause, or an end that could not be measured).
+    fn check_ends(
+        &self,
+        s: &mut Session<'_>,
+        lo: usize,
+        hi: usize,
+    ) -> Result<(Probe, Probe), AxisVerdict> {
+        let top = self.probe(s, hi, lo, hi);
+        match top.measurement.outcome {
+            Outcome::Fits => {
+                let message = format!(
+                    "{} {} fits: nothing to search on this axis",
+                    self.axis.name, top.label
+                );
+                return Err(AxisVerdict::AllFit {
                     highest: top,
                     message,
-                },
-                0,
-            );
-        }
-        Outcome::Inconclusive => {
-            let message = format!(
-                "{} {} could not be measured ({}), so the axis was not searched",
-                axis.name, top.label, top.measurement.note
-            );
-            return done(
-                s,
-                AxisVerdict::Inconclusive {
+                });
+            }
+            Outcome::Inconclusive => {
+                return Err(AxisVerdict::Inconclusive {
+                    message: self.unmeasured(&top),
                     lo: None,
                     hi: None,
                     skipped: vec![top.label],
-                    message,
-                },
-                0,
-            );
+                })
+            }
+            Outcome::Oom => {}
         }
-        Outcome::Oom => {}
-    }
-    let bottom = probe(s, lo, lo, hi);
-    match bottom.measurement.outcome {
-        Outcome::Oom => {
-            let message = format!(
-                "{} {} still runs out of memory: the {} is not the cause",
-                axis.name,
-                bottom.label,
-                match axis.name.as_str() {
-                    "batch" => "batch dimension",
-                    "size" => "input size",
-                    "stride" => "output stride",
-                    "depth" => "depth of the model",
-                    "phase" => "phase of the step",
-                    other => other,
-                }
-            );
-            return done(
-                s,
-                AxisVerdict::NotTheCause {
+        let bottom = self.probe(s, lo, lo, hi);
+        match bottom.measurement.outcome {
+            Outcome::Oom => {
+                let message = format!(
+                    "{} {} still runs out of memory: the {} is not the cause",
+                    self.axis.name, bottom.label, self.axis.noun
+                );
+                Err(AxisVerdict::NotTheCause {
                     lowest: bottom,
                     message,
-                },
-                0,
-            );
-        }
-        Outcome::Inconclusive => {
-            let message = format!(
-                "{} {} could not be measured ({}), so the axis was not searched",
-                axis.name, bottom.label, bottom.measurement.note
-            );
-            return done(
-                s,
-                AxisVerdict::Inconclusive {
-                    lo: None,
-                    hi: Some(top),
-                    skipped: vec![bottom.label],
-                    message,
-                },
-                0,
-            );
-        }
-        Outcome::Fits => {}
-    }
-
-    let xs: Vec<Option<f64>> = axis.values.iter().map(|v| v.x).collect();
-    // Fits as (x, memory held by live tensors): smooth in batch and pixels, where the device's peak
-    // moves in pool pages and, at small inputs, is mostly the context (seen on the H200). What the
-    // device held beyond the live tensors at the largest fit so far is taken off the ceiling.
-    let mut fit_points: Vec<(f64, f64)> = Vec::new();
-    let mut base_bytes: Option<f64> = None;
-    let mut overhead = 0.0f64;
-    let note_fit =
-        |p: &Probe, pts: &mut Vec<(f64, f64)>, base: &mut Option<f64>, over: &mut f64| {
-            let m = &p.measurement;
-            if let (Some(x), Some(y)) = (xs[p.index], m.peak_in_use_bytes.or(m.peak_bytes)) {
-                pts.push((x, y as f64));
-                if let (Some(dev), Some(live)) = (m.peak_bytes, m.peak_in_use_bytes) {
-                    *over = dev.saturating_sub(live) as f64;
-                }
-            }
-            if let Some(b) = m.base_bytes {
-                *base = Some(b as f64);
-            }
-        };
-    note_fit(&bottom, &mut fit_points, &mut base_bytes, &mut overhead);
-
-    let (mut lo_p, mut hi_p) = (bottom, top);
-    let mut skipped: BTreeSet<usize> = BTreeSet::new();
-    // Probes left for the prediction before falling back to plain bisection.
-    let mut predicted_left = if predict { 2 } else { 0 };
-    // The last predicted probe: its index, outcome, and whether it fit far below the ceiling.
-    let mut last_predicted: Option<(usize, Outcome, bool)> = None;
-    let mut repredicted = false;
-    loop {
-        let (lo, hi) = (lo_p.index, hi_p.index);
-        let open: Vec<usize> = (lo + 1..hi).filter(|i| !skipped.contains(i)).collect();
-        if open.is_empty() {
-            break;
-        }
-        let mut next = None;
-        if predicted_left > 0 {
-            // After a predicted probe, its neighbour closes the interval if the prediction was right;
-            // a predicted fit far below the ceiling predicts again from the points it added.
-            // That second prediction is one extra probe, once per axis.
-            if let Some((_, Outcome::Fits, true)) = last_predicted {
-                repredicted = true;
-                predicted_left += 1;
-            }
-            let guess = match last_predicted {
-                Some((i, Outcome::Fits, false)) => Some(i + 1),
-                Some((i, Outcome::Oom, _)) => i.checked_sub(1),
-                Some((_, Outcome::Inconclusive, _)) => None,
-                None | Some((_, Outcome::Fits, true)) => {
-                    let sub: Vec<f64> = xs[lo..=hi].iter().map(|x| x.unwrap_or(f64::NAN)).collect();
-                    if sub.iter().any(|x| x.is_nan()) {
-                        None
-                    } else {
-                        // The predicted last fitting value, kept inside the open interval: a
-                        // prediction at or below `lo` says `lo + 1` is the first to fail.
-                        predict_boundary(&fit_points, base_bytes, ceiling as f64 - overhead, &sub)
-                            .map(|i| (lo + i).clamp(lo + 1, hi - 1))
-                    }
-                }
-            };
-            match guess.filter(|g| open.contains(g)) {
-                Some(g) => {
-                    next = Some(g);
-                    predicted_left -= 1;
-                }
-                None => predicted_left = 0,
-            }
-        }
-        let i = next.unwrap_or_else(|| {
-            // Plain bisection: the open value nearest the middle.
-            let mid = (lo + hi) as f64 / 2.0;
-            *open
-                .iter()
-                .min_by(|a, b| {
-                    ((**a as f64) - mid)
-                        .abs()
-                        .total_cmp(&((**b as f64) - mid).abs())
                 })
-                .expect("open is not empty")
-        });
-        let p = probe(s, i, lo, hi);
-        if next.is_some() {
-            let far_below = !repredicted
-                && p.measurement
-                    .peak_bytes
-                    .is_some_and(|b| (b as f64) < FAR_BELOW * ceiling as f64);
-            last_predicted = Some((i, p.measurement.outcome, far_below));
-        }
-        match p.measurement.outcome {
-            Outcome::Fits => {
-                note_fit(&p, &mut fit_points, &mut base_bytes, &mut overhead);
-                lo_p = p;
             }
-            Outcome::Oom => hi_p = p,
-            Outcome::Inconclusive => {
-                skipped.insert(i);
+            Outcome::Inconclusive => Err(AxisVerdict::Inconclusive {
+                message: self.unmeasured(&bottom),
+                lo: None,
+                hi: Some(top),
+                skipped: vec![bottom.label],
+            }),
+            Outcome::Fits => Ok((bottom, top)),
+        }
+    }
+
+    /// Shrinks the open interval between a fit and an OOM until they are neighbours or only
+    /// unmeasurable values lie between; returns both sides and the indices skipped.
+    fn narrow(
+        &self,
+        s: &mut Session<'_>,
+        mut lo_p: Probe,
+        mut hi_p: Probe,
+        predictor: &mut Predictor,
+    ) -> (Probe, Probe, BTreeSet<usize>) {
+        let mut skipped = BTreeSet::new();
+        loop {
+            let (lo, hi) = (lo_p.index, hi_p.index);
+            let open: Vec<usize> = (lo + 1..hi).filter(|i| !skipped.contains(i)).collect();
+            if open.is_empty() {
+                return (lo_p, hi_p, skipped);
+            }
+            let guess = predictor.next_guess(lo, hi, &open);
+            let i = guess.unwrap_or_else(|| nearest_middle(lo, hi, &open));
+            let p = self.probe(s, i, lo, hi);
+            if guess.is_some() {
+                predictor.note_predicted(&p);
+            }
+            match p.measurement.outcome {
+                Outcome::Fits => {
+                    predictor.note_fit(&p);
+                    lo_p = p;
+                }
+                Outcome::Oom => hi_p = p,
+                Outcome::Inconclusive => {
+                    skipped.insert(i);
+                }
             }
         }
     }
 
-    if hi_p.index - lo_p.index > 1 {
+    /// A boundary with unmeasurable values between its sides.
+    fn gap(&self, lo_p: Probe, hi_p: Probe, skipped: &BTreeSet<usize>) -> AxisVerdict {
         let skipped: Vec<String> = skipped
             .iter()
             .filter(|i| **i > lo_p.index && **i < hi_p.index)
-            .map(|i| axis.values[*i].label.clone())
+            .map(|i| self.axis.values[*i].label.clone())
             .collect();
         let message = format!(
             "the {} boundary lies between {} (fits) and {} (out of memory), but {} could not be measured",
-            axis.name,
+            self.axis.name,
             lo_p.label,
             hi_p.label,
             skipped.join(", ")
         );
-        return done(
-            s,
-            AxisVerdict::Inconclusive {
-                lo: Some(lo_p),
-                hi: Some(hi_p),
-                skipped,
-                message,
-            },
-            confirmations,
-        );
+        AxisVerdict::Inconclusive {
+            lo: Some(lo_p),
+            hi: Some(hi_p),
+            skipped,
+            message,
+        }
     }
 
-    let mut confirmed = false;
-    if confirm_runs > 0 {
+    /// Re-runs both sides `runs` times, alternating so that a drift over time shows on both.
+    fn confirm(
+        &self,
+        s: &mut Session<'_>,
+        last_fit: Probe,
+        first_oom: Probe,
+        runs: u32,
+    ) -> AxisVerdict {
         let purpose = Purpose::Confirm {
-            axis: axis.name.clone(),
+            axis: self.axis.name.clone(),
         };
-        // Every re-run of each side, alternating, so that a drift over time shows on both.
         let (mut fit_again, mut oom_again) = (vec![], vec![]);
-        for _ in 0..confirm_runs {
-            fit_again.push(s.rerun(&lo_p.candidate, purpose.clone()).outcome);
-            oom_again.push(s.rerun(&hi_p.candidate, purpose.clone()).outcome);
+        for _ in 0..runs {
+            fit_again.push(s.rerun(&last_fit.candidate, purpose.clone()).outcome);
+            oom_again.push(s.rerun(&first_oom.candidate, purpose.clone()).outcome);
         }
-        confirmations = 2 * confirm_runs as usize;
         let stable = fit_again.iter().all(|o| *o == Outcome::Fits)
             && oom_again.iter().all(|o| *o == Outcome::Oom);
-        if !stable {
-            let tally = |outcomes: &[Outcome], want: Outcome| {
-                let others: Vec<String> = outcomes
-                    .iter()
-                    .filter(|o| **o != want)
-                    .map(|o| o.to_string())
-                    .collect();
-                format!(
-                    "{want} {}/{} runs{}",
-                    outcomes.iter().filter(|o| **o == want).count() + 1,
-                    outcomes.len() + 1,
-                    if others.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" (else {})", others.join(", "))
-                    }
-                )
+        if stable {
+            return AxisVerdict::Boundary {
+                last_fit,
+                first_oom,
+                confirmed: runs > 0,
             };
-            let message = format!(
-                "the {} boundary is not stable: {} gave {}; {} gave {}",
-                axis.name,
-                lo_p.label,
-                tally(&fit_again, Outcome::Fits),
-                hi_p.label,
-                tally(&oom_again, Outcome::Oom)
-            );
-            return done(
-                s,
-                AxisVerdict::Unstable {
-                    message,
-                    last_fit: lo_p,
-                    first_oom: hi_p,
-                },
-                confirmations,
-            );
         }
-        confirmed = true;
+        let message = format!(
+            "the {} boundary is not stable: {} gave {}; {} gave {}",
+            self.axis.name,
+            last_fit.label,
+            tally(&fit_again, Outcome::Fits),
+            first_oom.label,
+            tally(&oom_again, Outcome::Oom)
+        );
+        AxisVerdict::Unstable {
+            message,
+            last_fit,
+            first_oom,
+        }
     }
-    done(
-        s,
-        AxisVerdict::Boundary {
-            last_fit: lo_p,
-            first_oom: hi_p,
-            confirmed,
-        },
-        confirmations,
+}
+
+/// `fits 2/3 runs (else oom)`: the first run (which gave `want`) counts too.
+fn tally(outcomes: &[Outcome], want: Outcome) -> String {
+    let others: Vec<String> = outcomes
+        .iter()
+        .filter(|o| **o != want)
+        .map(|o| o.to_string())
+        .collect();
+    format!(
+        "{want} {}/{} runs{}",
+        outcomes.iter().filter(|o| **o == want).count() + 1,
+        outcomes.len() + 1,
+        if others.is_empty() {
+            String::new()
+        } else {
+            format!(" (else {})", others.join(", "))
+        }
     )
+}
+
+/// Plain bisection: the open value nearest the middle.
+fn nearest_middle(lo: usize, hi: usize, open: &[usize]) -> usize {
+    let mid = (lo + hi) as f64 / 2.0;
+    *open
+        .iter()
+        .min_by(|a, b| {
+            ((**a as f64) - mid)
+                .abs()
+                .total_cmp(&((**b as f64) - mid).abs())
+        })
+        .expect("open is not empty")
+}
+
+/// Where to probe next, from the peaks of the fits so far. Memory held by live tensors is smooth in
+/// batch and pixels, where the device's peak moves in pool pages and, at small inputs, is mostly the
+/// context; what the device held beyond the live tensors at the largest fit is taken off the ceiling.
+///
+/// The policy: probe the predicted last fit; if the prediction was right, its neighbour closes the
+/// interval. A predicted value that fits far below the ceiling predicts once more from the points it
+/// added. Two predicted probes (three with the re-prediction), then plain bisection.
+struct Predictor {
+    xs: Vec<Option<f64>>,
+    ceiling: f64,
+    fit_points: Vec<(f64, f64)>,
+    base_bytes: Option<f64>,
+    overhead: f64,
+    /// Predicted probes left before falling back to plain bisection.
+    left: u32,
+    /// The last predicted probe: its index, outcome, and whether it fit far below the ceiling.
+    last: Option<(usize, Outcome, bool)>,
+    repredicted: bool,
+}
+
+impl Predictor {
+    fn new(axis: &Axis, opts: &AxisOptions) -> Self {
+        Predictor {
+            xs: axis.values.iter().map(|v| v.x).collect(),
+            ceiling: opts.ceiling as f64,
+            fit_points: vec![],
+            base_bytes: None,
+            overhead: 0.0,
+            left: if opts.predict { 2 } else { 0 },
+            last: None,
+            repredicted: false,
+        }
+    }
+
+    fn note_fit(&mut self, p: &Probe) {
+        let m = &p.measurement;
+        if let (Some(x), Some(y)) = (self.xs[p.index], m.peak_in_use_bytes.or(m.peak_bytes)) {
+            self.fit_points.push((x, y as f64));
+            if let (Some(dev), Some(live)) = (m.peak_bytes, m.peak_in_use_bytes) {
+                self.overhead = dev.saturating_sub(live) as f64;
+            }
+        }
+        if let Some(b) = m.base_bytes {
+            self.base_bytes = Some(b as f64);
+        }
+    }
+
+    fn note_predicted(&mut self, p: &Probe) {
+        let far_below = !self.repredicted
+            && p.measurement
+                .peak_bytes
+                .is_some_and(|b| (b as f64) < FAR_BELOW * self.ceiling);
+        self.last = Some((p.index, p.measurement.outcome, far_below));
+    }
+
+    /// The next predicted probe inside `open`, or `None` for plain bisection from now on.
+    fn next_guess(&mut self, lo: usize, hi: usize, open: &[usize]) -> Option<usize> {
+        if self.left == 0 {
+            return None;
+        }
+        if let Some((_, Outcome::Fits, true)) = self.last {
+            self.repredicted = true;
+            self.left += 1;
+        }
+        let guess = match self.last {
+            Some((i, Outcome::Fits, false)) => Some(i + 1),
+            Some((i, Outcome::Oom, _)) => i.checked_sub(1),
+            Some((_, Outcome::Inconclusive, _)) => None,
+            None | Some((_, Outcome::Fits, true)) => self.predict(lo, hi),
+        };
+        match guess.filter(|g| open.contains(g)) {
+            Some(g) => {
+                self.left -= 1;
+                Some(g)
+            }
+            None => {
+                self.left = 0;
+                None
+            }
+        }
+    }
+
+    /// The predicted last fitting value, kept inside the open interval: a prediction at or below
+    /// `lo` says `lo + 1` is the first to fail.
+    fn predict(&self, lo: usize, hi: usize) -> Option<usize> {
+        let sub: Vec<f64> = self.xs[lo..=hi]
+            .iter()
+            .map(|x| x.unwrap_or(f64::NAN))
+            .collect();
+        if sub.iter().any(|x| x.is_nan()) {
+            return None;
+        }
+        predict_boundary(
+            &self.fit_points,
+            self.base_bytes,
+            self.ceiling - self.overhead,
+            &sub,
+        )
+        .map(|i| (lo + i).clamp(lo + 1, hi - 1))
+    }
 }

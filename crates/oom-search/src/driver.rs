@@ -2,9 +2,9 @@
 //! the modules that carry the memory (ddmin), and the 1-minimal failing configuration; or, when the
 //! original fits, its headroom and capacity.
 
-use crate::bisect::{bisect_axis, AxisSearch, AxisVerdict};
+use crate::bisect::{bisect_axis, AxisOptions, AxisSearch, AxisVerdict};
 use crate::ddmin::ddmin;
-use crate::session::{Session, TrialRecord};
+use crate::session::{Budget, Clock, Session, TrialRecord};
 use crate::{Axis, Candidate, Event, Measurement, Oracle, Outcome, Purpose};
 use serde::{Deserialize, Serialize};
 
@@ -39,6 +39,9 @@ pub struct Modules {
     /// Ids the original configuration already swaps.
     pub fixed: Vec<String>,
     pub items: Vec<ModuleItem>,
+    /// What cannot be swapped, in words, for "the memory is in …" when swapping every item still
+    /// runs out of memory.
+    pub unswappable: String,
 }
 
 impl Modules {
@@ -80,14 +83,22 @@ pub struct SearchOptions {
     pub confirm_runs: u32,
     /// Probe where measured peaks predict the boundary before bisecting.
     pub predict: bool,
-    pub max_trials: Option<usize>,
-    /// No trial starts after this instant; what is not measured by then is inconclusive.
-    #[serde(skip)]
-    pub deadline: Option<std::time::Instant>,
+    /// Trials and time; what is not measured within it is inconclusive.
+    pub budget: Budget,
     /// Which steps run.
     pub fixes: bool,
     pub modules: bool,
     pub minimise: bool,
+}
+
+impl SearchOptions {
+    fn axis(&self) -> AxisOptions {
+        AxisOptions {
+            ceiling: self.ceiling,
+            predict: self.predict,
+            confirm_runs: self.confirm_runs,
+        }
+    }
 }
 
 impl Default for SearchOptions {
@@ -96,8 +107,7 @@ impl Default for SearchOptions {
             ceiling: 0,
             confirm_runs: 1,
             predict: true,
-            max_trials: None,
-            deadline: None,
+            budget: Budget::default(),
             fixes: true,
             modules: true,
             minimise: true,
@@ -157,15 +167,15 @@ pub struct Diagnosis {
     pub budget_exhausted: bool,
 }
 
-/// Runs the whole diagnosis against `oracle`, telling `events` as it goes.
+/// Runs the whole diagnosis against `oracle`, telling `events` as it goes and asking `clock` the time.
 pub fn diagnose(
     oracle: &mut dyn Oracle,
     events: &mut dyn FnMut(&Event),
+    clock: &dyn Clock,
     space: &Space,
     opts: &SearchOptions,
 ) -> Diagnosis {
-    let mut s = Session::new(oracle, events, opts.max_trials);
-    s.deadline = opts.deadline;
+    let mut s = Session::new(oracle, events, opts.budget, clock);
     let original = s.measure(&Candidate::original(), Purpose::Original);
     let mut d = Diagnosis {
         ceiling_bytes: opts.ceiling,
@@ -180,68 +190,58 @@ pub fn diagnose(
     };
     match original.outcome {
         Outcome::Inconclusive => {}
-        Outcome::Fits => {
-            for axis in &space.capacity {
-                s.event(Event::Step {
-                    name: format!("capacity {}", axis.name),
-                });
-                let last = axis.values.len() - 1;
-                if last > axis.original {
-                    d.capacity.push(bisect_axis(
-                        &mut s,
-                        axis,
-                        &Candidate::original(),
-                        axis.original,
-                        last,
-                        opts.ceiling,
-                        opts.predict,
-                        opts.confirm_runs,
-                    ));
-                }
-            }
-        }
-        Outcome::Oom => {
-            for axis in &space.axes {
-                if axis.original == 0 {
-                    continue;
-                }
-                s.event(Event::Step {
-                    name: format!("axis {}", axis.name),
-                });
-                d.axes.push(bisect_axis(
-                    &mut s,
-                    axis,
-                    &Candidate::original(),
-                    0,
-                    axis.original,
-                    opts.ceiling,
-                    opts.predict,
-                    opts.confirm_runs,
-                ));
-            }
-            if opts.fixes {
-                s.event(Event::Step {
-                    name: "fixes".into(),
-                });
-                d.fixes = fixes(&mut s, space, &d.axes);
-            }
-            if opts.modules && !space.modules.items.is_empty() {
-                s.event(Event::Step {
-                    name: "modules".into(),
-                });
-                d.modules = Some(culprits(&mut s, &space.modules));
-            }
-            if opts.minimise {
-                s.event(Event::Step {
-                    name: "minimal failing".into(),
-                });
-                d.minimal_failing = Some(minimise(&mut s, space, opts));
-            }
-        }
+        Outcome::Fits => d.capacity = capacity(&mut s, space, opts),
+        Outcome::Oom => explain_oom(&mut s, space, opts, &mut d),
     }
     d.budget_exhausted = s.budget_exhausted;
     d.trials = std::mem::take(&mut s.trials);
     d
+}
+
+/// The original fits: how far each capacity axis can grow.
+fn capacity(s: &mut Session<'_>, space: &Space, opts: &SearchOptions) -> Vec<AxisSearch> {
+    let mut out = vec![];
+    for axis in &space.capacity {
+        s.event(Event::Step {
+            name: format!("capacity {}", axis.name),
+        });
+        let last = axis.values.len() - 1;
+        if last > axis.original {
+            let base = Candidate::original();
+            out.push(bisect_axis(s, axis, &base, axis.original, last, &opts.axis()));
+        }
+    }
+    out
+}
+
+/// The original runs out of memory: each axis, the fixes, the modules, the minimal failing one.
+fn explain_oom(s: &mut Session<'_>, space: &Space, opts: &SearchOptions, d: &mut Diagnosis) {
+    for axis in space.axes.iter().filter(|a| a.original > 0) {
+        s.event(Event::Step {
+            name: format!("axis {}", axis.name),
+        });
+        let base = Candidate::original();
+        d.axes
+            .push(bisect_axis(s, axis, &base, 0, axis.original, &opts.axis()));
+    }
+    if opts.fixes {
+        s.event(Event::Step {
+            name: "fixes".into(),
+        });
+        d.fixes = fixes(s, space, &d.axes);
+    }
+    if opts.modules && !space.modules.items.is_empty() {
+        s.event(Event::Step {
+            name: "modules".into(),
+        });
+        d.modules = Some(culprits(s, &space.modules));
+    }
+    if opts.minimise {
+        s.event(Event::Step {
+            name: "minimal failing".into(),
+        });
+        d.minimal_failing = Some(minimise(s, space, opts));
+    }
 }
 
 /// Each fix on its own, plus the largest batch and input size that fit (from the axes: no new trials).
@@ -265,19 +265,15 @@ fn fixes(s: &mut Session<'_>, space: &Space, axes: &[AxisSearch]) -> Vec<FixResu
         });
     }
     for a in axes {
-        if let AxisVerdict::Boundary { last_fit, .. } = &a.verdict {
-            if a.axis == "batch" || a.axis == "size" {
-                let what = if a.axis == "batch" {
-                    "batch"
-                } else {
-                    "input size"
-                };
-                out.push(FixResult {
-                    change: format!("largest {what} that fits: {}", last_fit.label),
-                    candidate: last_fit.candidate.clone(),
-                    measurement: last_fit.measurement.clone(),
-                });
-            }
+        let fix = space.axes.iter().find(|x| x.name == a.axis);
+        if let (AxisVerdict::Boundary { last_fit, .. }, Some(Some(what))) =
+            (&a.verdict, fix.map(|x| &x.fix))
+        {
+            out.push(FixResult {
+                change: format!("{what}: {}", last_fit.label),
+                candidate: last_fit.candidate.clone(),
+                measurement: last_fit.measurement.clone(),
+            });
         }
     }
     out
@@ -300,9 +296,9 @@ fn culprits(s: &mut Session<'_>, modules: &Modules) -> ModulesVerdict {
             return ModulesVerdict::NoSetFits {
                 message: format!(
                     "even with every swappable module swapped for identity ({}), it runs out of memory: \
-                     the memory is in what cannot be swapped (stem, first blocks, projections, classifier, loss) \
-                     or in the sizes",
-                    modules.items.iter().map(|i| i.label.as_str()).collect::<Vec<_>>().join(", ")
+                     the memory is in what cannot be swapped ({}) or in the sizes",
+                    modules.items.iter().map(|i| i.label.as_str()).collect::<Vec<_>>().join(", "),
+                    modules.unswappable
                 ),
             }
         }
@@ -395,7 +391,11 @@ fn lower_on(
     if first_oom - fit == 1 {
         return first_oom;
     }
-    match bisect_axis(s, axis, cur, fit, first_oom, opts.ceiling, opts.predict, 0).verdict {
+    let no_confirm = AxisOptions {
+        confirm_runs: 0,
+        ..opts.axis()
+    };
+    match bisect_axis(s, axis, cur, fit, first_oom, &no_confirm).verdict {
         AxisVerdict::Boundary { first_oom, .. } => first_oom.index,
         AxisVerdict::NotTheCause { lowest, .. } => lowest.index,
         _ => first_oom,

@@ -2,9 +2,10 @@
 //! dimension pushes a training run over, where along each dimension the boundary lies, which modules
 //! carry the memory, and the smallest configuration that still fails.
 //!
-//! Nothing here spawns, prints or sleeps. Trials are asked of an [`Oracle`]; progress is told through
-//! [`Event`]s. A candidate is a set of `key=value` overrides of the original configuration, so the
-//! search knows nothing about models or backends.
+//! Nothing here spawns, prints, sleeps or reads the clock. Trials are asked of an [`Oracle`]; time is
+//! asked of a [`Clock`]; progress is told through [`Event`]s. A candidate is a set of `key=value`
+//! overrides of the original configuration, and every word about what an axis or a module means
+//! comes from the caller, so the search knows nothing about models, backends or flags.
 
 mod bisect;
 mod ddmin;
@@ -12,14 +13,14 @@ mod driver;
 mod model;
 mod session;
 
-pub use bisect::{bisect_axis, AxisSearch, AxisVerdict, Probe};
+pub use bisect::{bisect_axis, AxisOptions, AxisSearch, AxisVerdict, Probe};
 pub use ddmin::{ddmin, Reduced};
 pub use driver::{
     diagnose, Diagnosis, Fix, FixResult, Minimal, ModuleItem, Modules, ModulesVerdict, Neighbour,
     SearchOptions, Space,
 };
 pub use model::predict_boundary;
-pub use session::{Session, TrialRecord};
+pub use session::{Budget, Clock, Session, TrialRecord};
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -127,6 +128,11 @@ pub struct AxisValue {
 pub struct Axis {
     /// `batch`, `size`, `stride`, `depth`, `phase`.
     pub name: String,
+    /// What the axis varies, in words for "… is not the cause": `batch dimension`, `input size`.
+    pub noun: String,
+    /// When the axis's last fitting value is itself a change a user would make, how the fix reads
+    /// (`largest batch that fits`); `None` for axes that only locate memory (depth, phase).
+    pub fix: Option<String>,
     /// The config key the values are set on.
     pub key: String,
     /// Values in order of growing memory.

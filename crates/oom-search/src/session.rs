@@ -5,6 +5,23 @@
 use crate::{Candidate, Event, Measurement, Oracle, Outcome, Purpose};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::time::Duration;
+
+/// Time as the caller measures it: the search never reads the clock itself, so a test can run a
+/// time budget without sleeping.
+pub trait Clock {
+    /// Time since the search began.
+    fn elapsed(&self) -> Duration;
+}
+
+/// How much the search may spend. Trials already running finish; none starts past the budget.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Budget {
+    /// Trials run (answers the oracle gives from a journal count too: the search cannot tell).
+    pub max_trials: Option<usize>,
+    /// No trial starts once the clock reads this much.
+    pub max_time: Option<Duration>,
+}
 
 /// One trial the search asked for, in order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -23,9 +40,8 @@ pub struct Session<'a> {
     /// The next attempt number of each candidate.
     attempts: HashMap<Candidate, u32>,
     pub trials: Vec<TrialRecord>,
-    pub max_trials: Option<usize>,
-    /// No trial starts after this instant (`--max-time`).
-    pub deadline: Option<std::time::Instant>,
+    budget: Budget,
+    clock: &'a dyn Clock,
     pub budget_exhausted: bool,
 }
 
@@ -33,7 +49,8 @@ impl<'a> Session<'a> {
     pub fn new(
         oracle: &'a mut dyn Oracle,
         events: &'a mut dyn FnMut(&Event),
-        max_trials: Option<usize>,
+        budget: Budget,
+        clock: &'a dyn Clock,
     ) -> Self {
         Session {
             oracle,
@@ -41,8 +58,8 @@ impl<'a> Session<'a> {
             cache: HashMap::new(),
             attempts: HashMap::new(),
             trials: Vec::new(),
-            max_trials,
-            deadline: None,
+            budget,
+            clock,
             budget_exhausted: false,
         }
     }
@@ -52,13 +69,14 @@ impl<'a> Session<'a> {
     }
 
     fn run_once(&mut self, c: &Candidate, purpose: &Purpose) -> Measurement {
-        let spent = if self.max_trials.is_some_and(|m| self.trials.len() >= m) {
-            Some("the trial budget (--max-trials)")
+        let spent = if self.budget.max_trials.is_some_and(|m| self.trials.len() >= m) {
+            Some("the trial budget")
         } else if self
-            .deadline
-            .is_some_and(|d| std::time::Instant::now() >= d)
+            .budget
+            .max_time
+            .is_some_and(|t| self.clock.elapsed() >= t)
         {
-            Some("the time budget (--max-time)")
+            Some("the time budget")
         } else {
             None
         };

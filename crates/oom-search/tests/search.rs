@@ -2,11 +2,42 @@
 //! injected everywhere, ddmin on non-monotone module effects, and the 1-minimal failing configuration.
 
 use oom_search::*;
+use std::cell::Cell;
 use std::collections::{BTreeSet, HashMap};
+use std::rc::Rc;
+use std::time::Duration;
+
+/// A clock the test moves: trials take no time unless an oracle advances it.
+#[derive(Default, Clone)]
+struct TestClock(Rc<Cell<Duration>>);
+
+impl Clock for TestClock {
+    fn elapsed(&self) -> Duration {
+        self.0.get()
+    }
+}
+
+fn session<'a>(
+    o: &'a mut dyn Oracle,
+    ev: &'a mut dyn FnMut(&Event),
+    clock: &'a TestClock,
+) -> Session<'a> {
+    Session::new(o, ev, Budget::default(), clock)
+}
+
+fn opts(ceiling: u64, predict: bool, confirm_runs: u32) -> AxisOptions {
+    AxisOptions {
+        ceiling,
+        predict,
+        confirm_runs,
+    }
+}
 
 fn axis(name: &str, key: &str, n: usize) -> Axis {
     Axis {
         name: name.into(),
+        noun: format!("{name} dimension"),
+        fix: Some(format!("largest {name} that fits")),
         key: key.into(),
         values: (1..=n)
             .map(|v| AxisValue {
@@ -70,7 +101,8 @@ fn search(
         runs: 0,
     };
     let mut ev = |_: &Event| {};
-    let mut s = Session::new(&mut o, &mut ev, None);
+    let clock = TestClock::default();
+    let mut s = session(&mut o, &mut ev, &clock);
     // Ceiling between the peaks of boundary-1 and boundary: the prediction is informed.
     let ceiling = 100 + 10 * boundary as u64 + 5;
     // The diagnosis measures the original first; an axis search finds it cached.
@@ -81,9 +113,7 @@ fn search(
         &Candidate::original(),
         0,
         n - 1,
-        ceiling,
-        predict,
-        u32::from(confirm),
+        &opts(ceiling, predict, u32::from(confirm)),
     )
 }
 
@@ -228,6 +258,8 @@ impl Oracle for PagedDevice {
 fn prediction_uses_live_tensors_where_device_peaks_are_paged() {
     let a = Axis {
         name: "size".into(),
+        noun: "input size".into(),
+        fix: None,
         key: "data.size".into(),
         values: (1..=32)
             .map(|k| AxisValue {
@@ -245,9 +277,10 @@ fn prediction_uses_live_tensors_where_device_peaks_are_paged() {
             probed.push(candidate.get("data.size").unwrap_or("original").to_string());
         }
     };
-    let mut s = Session::new(&mut o, &mut ev, None);
+    let clock = TestClock::default();
+    let mut s = session(&mut o, &mut ev, &clock);
     s.measure(&Candidate::original(), Purpose::Original);
-    let r = bisect_axis(&mut s, &a, &Candidate::original(), 0, 31, 24 << 30, true, 0);
+    let r = bisect_axis(&mut s, &a, &Candidate::original(), 0, 31, &opts(24 << 30, true, 0));
     match &r.verdict {
         AxisVerdict::Boundary {
             last_fit,
@@ -291,8 +324,9 @@ fn unstable_boundary_is_reported() {
         attempt: 0,
     };
     let mut ev = |_: &Event| {};
-    let mut s = Session::new(&mut o, &mut ev, None);
-    let r = bisect_axis(&mut s, &a, &Candidate::original(), 0, 7, 0, false, 1);
+    let clock = TestClock::default();
+    let mut s = session(&mut o, &mut ev, &clock);
+    let r = bisect_axis(&mut s, &a, &Candidate::original(), 0, 7, &opts(0, false, 1));
     assert!(matches!(r.verdict, AxisVerdict::Unstable { .. }), "{r:?}");
 }
 
@@ -306,16 +340,15 @@ fn more_confirmation_runs_catch_a_rarer_flake() {
             attempt: 2,
         };
         let mut ev = |_: &Event| {};
-        let mut s = Session::new(&mut o, &mut ev, None);
+        let clock = TestClock::default();
+        let mut s = session(&mut o, &mut ev, &clock);
         bisect_axis(
             &mut s,
             &a,
             &Candidate::original(),
             0,
             7,
-            0,
-            false,
-            confirm_runs,
+            &opts(0, false, confirm_runs),
         )
     };
     let once = run(1);
@@ -409,6 +442,8 @@ fn space() -> Space {
     let batch = axis("batch", "data.batch", 8);
     let stride = Axis {
         name: "stride".into(),
+        noun: "output stride".into(),
+        fix: None,
         key: "model.output_stride".into(),
         values: [32, 16, 8]
             .iter()
@@ -437,6 +472,7 @@ fn space() -> Space {
                     ids: vec![id.to_string()],
                 })
                 .collect(),
+            unswappable: "the stem".into(),
         },
     }
 }
@@ -450,7 +486,7 @@ fn full_diagnosis_is_consistent_and_1_minimal() {
         ceiling: CEILING as u64,
         ..Default::default()
     };
-    let d = diagnose(&mut o, &mut ev, &space(), &opts);
+    let d = diagnose(&mut o, &mut ev, &TestClock::default(), &space(), &opts);
     assert_eq!(d.original.outcome, Outcome::Oom);
     // batch: 100 + 20·b·(1.13) <= 300 -> b <= 8.8/1.13: last fit 7? peak(b)=100+b*20*113/100
     let batch = &d.axes[0];
@@ -520,10 +556,13 @@ fn trial_budget_gives_inconclusive_not_guesses() {
     let mut ev = |_: &Event| {};
     let opts = SearchOptions {
         ceiling: CEILING as u64,
-        max_trials: Some(3),
+        budget: Budget {
+            max_trials: Some(3),
+            max_time: None,
+        },
         ..Default::default()
     };
-    let d = diagnose(&mut o, &mut ev, &space(), &opts);
+    let d = diagnose(&mut o, &mut ev, &TestClock::default(), &space(), &opts);
     assert!(d.budget_exhausted);
     assert_eq!(o.runs, 3);
     for a in &d.axes {
@@ -535,24 +574,28 @@ fn trial_budget_gives_inconclusive_not_guesses() {
 
 #[test]
 fn time_budget_stops_starting_trials_and_reports_inconclusive() {
-    // A deadline already past: nothing runs, the original itself is inconclusive.
-    let mut o = Workload::new();
-    let mut ev = |_: &Event| {};
-    let opts = SearchOptions {
+    let budget = |secs: u64| SearchOptions {
         ceiling: CEILING as u64,
-        deadline: Some(std::time::Instant::now()),
+        budget: Budget {
+            max_trials: None,
+            max_time: Some(Duration::from_secs(secs)),
+        },
         ..Default::default()
     };
-    let d = diagnose(&mut o, &mut ev, &space(), &opts);
+    // No time at all: nothing runs, the original itself is inconclusive.
+    let mut o = Workload::new();
+    let mut ev = |_: &Event| {};
+    let d = diagnose(&mut o, &mut ev, &TestClock::default(), &space(), &budget(0));
     assert!(d.budget_exhausted);
     assert_eq!(o.runs, 0);
     assert_eq!(d.original.outcome, Outcome::Inconclusive);
 
-    // A deadline reached mid-search: the trials before it count, nothing is guessed after it.
-    struct Slow(Workload);
+    // The budget reached mid-search: the trials before it count, nothing is guessed after it.
+    struct Slow(Workload, TestClock);
     impl Oracle for Slow {
         fn run(&mut self, c: &Candidate, attempt: u32) -> Measurement {
-            std::thread::sleep(std::time::Duration::from_millis(300));
+            let t = &self.1 .0;
+            t.set(t.get() + Duration::from_millis(300));
             self.0.run(c, attempt)
         }
     }
@@ -562,24 +605,17 @@ fn time_budget_stops_starting_trials_and_reports_inconclusive() {
             ceiling: CEILING as u64,
             ..Default::default()
         };
-        diagnose(&mut unlimited, &mut ev, &space(), &opts);
+        diagnose(&mut unlimited, &mut ev, &TestClock::default(), &space(), &opts);
         unlimited.runs
     };
-    let mut slow = Slow(Workload::new());
-    let opts = SearchOptions {
-        ceiling: CEILING as u64,
-        deadline: Some(std::time::Instant::now() + std::time::Duration::from_secs(1)),
-        ..Default::default()
-    };
-    let d = diagnose(&mut slow, &mut ev, &space(), &opts);
+    let clock = TestClock::default();
+    let mut slow = Slow(Workload::new(), clock.clone());
+    let d = diagnose(&mut slow, &mut ev, &clock, &space(), &budget(1));
     assert!(d.budget_exhausted);
-    assert!(
-        slow.0.runs >= 1 && slow.0.runs < all,
-        "{} of {all}",
-        slow.0.runs
-    );
+    assert_eq!(slow.0.runs, 4, "trials start at 0, 0.3, 0.6 and 0.9 s");
+    assert!(slow.0.runs < all);
     assert_eq!(d.original.outcome, Outcome::Oom);
-    // At most four trials fit in the second; a confirmed boundary needs five.
+    // Four trials fit in the second; a confirmed boundary needs five.
     for a in &d.axes {
         if let AxisVerdict::Boundary { .. } = a.verdict {
             panic!("a boundary reported without its trials: {a:?}");
@@ -614,6 +650,7 @@ fn capacity_when_the_original_fits() {
             key: "model.identity".into(),
             fixed: vec![],
             items: vec![],
+            unswappable: String::new(),
         },
     };
     let mut ev = |_: &Event| {};
@@ -621,7 +658,7 @@ fn capacity_when_the_original_fits() {
         ceiling: 250,
         ..Default::default()
     };
-    let d = diagnose(&mut Cap, &mut ev, &space, &opts);
+    let d = diagnose(&mut Cap, &mut ev, &TestClock::default(), &space, &opts);
     assert_eq!(d.original.outcome, Outcome::Fits);
     let AxisVerdict::Boundary { last_fit, .. } = &d.capacity[0].verdict else {
         panic!("{:?}", d.capacity)

@@ -44,13 +44,62 @@ pub struct Architecture {
     pub layer3_out: usize,
 }
 
-pub const LAYERS: [&str; 4] = ["layer1", "layer2", "layer3", "layer4"];
-pub const ASPP_BRANCHES: [&str; 4] = [
-    "aspp.branch0",
-    "aspp.branch1",
-    "aspp.branch2",
-    "aspp.branch3",
-];
+/// Every module and stage id users type, torchvision's dotted names: the one place they are spelled.
+/// A stage id names the point after which `truncate_after` stops and per-stage memory is read.
+pub mod ids {
+    /// The stem (conv1, bn1, relu, maxpool) as one stage.
+    pub const STEM: &str = "backbone.stem";
+    pub const CONV1: &str = "backbone.conv1";
+    pub const BN1: &str = "backbone.bn1";
+    pub const MAXPOOL: &str = "backbone.maxpool";
+    pub const LAYERS: [&str; 4] = ["layer1", "layer2", "layer3", "layer4"];
+    pub const ASPP: &str = "aspp";
+    /// The 1×1 branch and the three atrous branches.
+    pub const ASPP_BRANCHES: [&str; 4] = [
+        "aspp.branch0",
+        "aspp.branch1",
+        "aspp.branch2",
+        "aspp.branch3",
+    ];
+    pub const ASPP_POOL: &str = "aspp.pool";
+    pub const ASPP_PROJECT: &str = "aspp.project";
+    pub const ATTENTION: &str = "attention";
+    pub const AUX_HEAD: &str = "aux_head";
+    pub const DECODER: &str = "decoder";
+    pub const DECODER_PROJECT: &str = "decoder.project";
+    pub const DECODER_FUSE: [&str; 2] = ["decoder.fuse.0", "decoder.fuse.1"];
+    pub const CLASSIFIER: &str = "classifier";
+    /// What can never be swapped, in words.
+    pub const UNSWAPPABLE: &str =
+        "the stem, the first block of each layer, the ASPP projection, the classifier and the loss";
+
+    /// Block `k` of backbone layer `layer` (0-based): `backbone.layer3.5`.
+    pub fn block(layer: usize, k: usize) -> String {
+        format!("backbone.{}.{k}", LAYERS[layer])
+    }
+
+    /// Whether `id` is a backbone block, and of which layer.
+    pub fn block_layer(id: &str) -> Option<usize> {
+        let rest = id.strip_prefix("backbone.layer")?;
+        let (layer, _) = rest.split_once('.')?;
+        layer.parse::<usize>().ok()?.checked_sub(1)
+    }
+
+    /// Whether `id` is `parent` or lies inside it (`aspp.pool` inside `aspp`).
+    pub fn within(id: &str, parent: &str) -> bool {
+        id == parent
+            || id
+                .strip_prefix(parent)
+                .is_some_and(|rest| rest.starts_with('.'))
+    }
+
+    /// How a stage reads in a report: without the `backbone.` prefix.
+    pub fn short(id: &str) -> &str {
+        id.strip_prefix("backbone.").unwrap_or(id)
+    }
+}
+
+use ids::*;
 
 fn swappable(id: impl Into<String>, kind: &'static str) -> ModuleInfo {
     ModuleInfo {
@@ -60,7 +109,7 @@ fn swappable(id: impl Into<String>, kind: &'static str) -> ModuleInfo {
     }
 }
 
-fn fixed(id: impl Into<String>, kind: &'static str, why: &str) -> ModuleInfo {
+fn unswappable(id: impl Into<String>, kind: &'static str, why: &str) -> ModuleInfo {
     ModuleInfo {
         id: id.into(),
         kind,
@@ -110,218 +159,191 @@ fn block_specs(backbone: Backbone, output_stride: usize) -> [Vec<BlockSpec>; 4] 
     out
 }
 
+/// The modules and stages of the backbone: the stem, then every block of every layer.
+fn backbone(
+    m: &ModelConfig,
+    blocks: &[Vec<BlockSpec>; 4],
+    batch: usize,
+    [h, w]: [usize; 2],
+) -> (Vec<ModuleInfo>, Vec<StageInfo>) {
+    let stem = "part of the stem";
+    let mut modules = vec![
+        unswappable(
+            CONV1,
+            "Conv2d 7×7/2",
+            "the stem sets the channels every later stage expects",
+        ),
+        unswappable(BN1, "BatchNorm", stem),
+        unswappable(MAXPOOL, "MaxPool 3×3/2", stem),
+    ];
+    let mut stages = vec![StageInfo {
+        id: STEM.into(),
+        shape: [batch, 64, h / 4, w / 4],
+    }];
+    let kind = if m.backbone.bottleneck() {
+        "Bottleneck"
+    } else {
+        "BasicBlock"
+    };
+    let mut stride = 4;
+    for (i, layer) in blocks.iter().enumerate() {
+        stride *= layer[0].stride;
+        for (k, spec) in layer.iter().enumerate() {
+            let id = block(i, k);
+            modules.push(if k == 0 {
+                let why = "the first block of a layer changes channels or stride; swap a later block";
+                unswappable(id.clone(), kind, why)
+            } else {
+                swappable(id.clone(), kind)
+            });
+            let channels = spec.planes * m.backbone.expansion();
+            stages.push(StageInfo {
+                id,
+                shape: [batch, channels, h / stride, w / stride],
+            });
+        }
+    }
+    (modules, stages)
+}
+
+/// The ASPP's modules: the whole, its five branches and its projection.
+fn aspp_modules() -> Vec<ModuleInfo> {
+    let mut modules = vec![swappable(ASPP, "ASPP")];
+    for (i, id) in ASPP_BRANCHES.iter().enumerate() {
+        let kind = if i == 0 {
+            "Conv 1×1 + BN + ReLU"
+        } else {
+            "atrous Conv 3×3 + BN + ReLU"
+        };
+        modules.push(swappable(*id, kind));
+    }
+    modules.push(swappable(
+        ASPP_POOL,
+        "image pooling + Conv 1×1 + BN + ReLU",
+    ));
+    modules.push(unswappable(
+        ASPP_PROJECT,
+        "Conv 1×1 + BN + ReLU + Dropout",
+        "it sets the channels the decoder expects; swap `aspp` as a whole instead",
+    ));
+    modules
+}
+
+/// The decoder's modules and the classifier.
+fn decoder_modules() -> Vec<ModuleInfo> {
+    vec![
+        swappable(DECODER, "DeepLabV3+ decoder"),
+        swappable(DECODER_PROJECT, "Conv 1×1 → 48 + BN + ReLU on layer1"),
+        swappable(DECODER_FUSE[0], "Conv 3×3 + BN + ReLU"),
+        swappable(DECODER_FUSE[1], "Conv 3×3 + BN + ReLU"),
+        unswappable(CLASSIFIER, "Conv 1×1 → classes", "it produces the logits"),
+    ]
+}
+
+/// Channels after the swaps: what enters the decoder, what the decoder's low-level path carries,
+/// what enters the classifier and at which stride.
+struct Widths {
+    aspp_out: usize,
+    low_level: usize,
+    decoder_out: usize,
+    logits_stride: usize,
+}
+
+fn widths(m: &ModelConfig, swapped: &dyn Fn(&str) -> bool) -> Widths {
+    let expansion = m.backbone.expansion();
+    // With every branch swapped nothing feeds the projection: the ASPP as a whole is identity.
+    let aspp_passes = swapped(ASPP)
+        || ASPP_BRANCHES
+            .iter()
+            .chain(std::iter::once(&ASPP_POOL))
+            .all(|id| swapped(id));
+    let aspp_out = if aspp_passes {
+        512 * expansion
+    } else {
+        m.aspp_channels
+    };
+    let low_level = if swapped(DECODER_PROJECT) {
+        64 * expansion
+    } else {
+        48
+    };
+    let (decoder_out, logits_stride) = if swapped(DECODER) {
+        (aspp_out, m.output_stride)
+    } else if DECODER_FUSE.iter().all(|id| swapped(id)) {
+        (aspp_out + low_level, 4)
+    } else {
+        (256, 4)
+    };
+    Widths {
+        aspp_out,
+        low_level,
+        decoder_out,
+        logits_stride,
+    }
+}
+
 impl Architecture {
     /// Resolves a config, refusing identity ids and truncation points the model does not have.
     pub fn new(config: &Config) -> Result<Architecture, ConfigError> {
         config.validate()?;
         let m = &config.model;
-        let expansion = m.backbone.expansion();
         let blocks = block_specs(m.backbone, m.output_stride);
         let [h, w] = config.data.size;
         let b = config.data.batch;
-        let c = m.aspp_channels;
-
-        let mut modules = vec![
-            fixed(
-                "backbone.conv1",
-                "Conv2d 7×7/2",
-                "the stem sets the channels every later stage expects",
-            ),
-            fixed("backbone.bn1", "BatchNorm", "part of the stem"),
-            fixed("backbone.maxpool", "MaxPool 3×3/2", "part of the stem"),
-        ];
-        let mut stages = vec![StageInfo {
-            id: "backbone.stem".into(),
-            shape: [b, 64, h / 4, w / 4],
-        }];
-        let mut stride = 4;
-        for (i, layer) in blocks.iter().enumerate() {
-            stride *= layer[0].stride;
-            for (k, spec) in layer.iter().enumerate() {
-                let id = format!("backbone.{}.{k}", LAYERS[i]);
-                let kind = if m.backbone.bottleneck() {
-                    "Bottleneck"
-                } else {
-                    "BasicBlock"
-                };
-                modules.push(if k == 0 {
-                    fixed(
-                        id.clone(),
-                        kind,
-                        "the first block of a layer changes channels or stride; swap a later block",
-                    )
-                } else {
-                    swappable(id.clone(), kind)
-                });
-                stages.push(StageInfo {
-                    id,
-                    shape: [b, spec.planes * expansion, h / stride, w / stride],
-                });
-            }
-        }
-        let high = 512 * expansion;
-        let layer3_out = 256 * expansion;
         let os = m.output_stride;
-
-        let identity: Vec<String> = {
-            let mut v = m.identity.clone();
-            v.sort();
-            v.dedup();
-            v
-        };
+        let mut identity = m.identity.clone();
+        identity.sort();
+        identity.dedup();
         let swapped = |id: &str| identity.iter().any(|x| x == id);
+        let wd = widths(m, &swapped);
 
-        modules.push(swappable("aspp", "ASPP"));
-        for (i, id) in ASPP_BRANCHES.iter().enumerate() {
-            modules.push(swappable(
-                *id,
-                if i == 0 {
-                    "Conv 1×1 + BN + ReLU"
-                } else {
-                    "atrous Conv 3×3 + BN + ReLU"
-                },
-            ));
-        }
-        modules.push(swappable(
-            "aspp.pool",
-            "image pooling + Conv 1×1 + BN + ReLU",
-        ));
-        modules.push(fixed(
-            "aspp.project",
-            "Conv 1×1 + BN + ReLU + Dropout",
-            "it sets the channels the decoder expects; swap `aspp` as a whole instead",
-        ));
-        // With every branch swapped nothing feeds the projection: the ASPP as a whole is identity.
-        let kept_branches = ASPP_BRANCHES
-            .iter()
-            .chain(std::iter::once(&"aspp.pool"))
-            .filter(|id| !swapped(id))
-            .count();
-        let aspp_passes = swapped("aspp") || kept_branches == 0;
-        let aspp_out = if aspp_passes { high } else { c };
+        let (mut modules, mut stages) = backbone(m, &blocks, b, [h, w]);
+        modules.extend(aspp_modules());
         stages.push(StageInfo {
-            id: "aspp".into(),
-            shape: [b, aspp_out, h / os, w / os],
+            id: ASPP.into(),
+            shape: [b, wd.aspp_out, h / os, w / os],
         });
         if m.attention_heads > 0 {
-            modules.push(swappable("attention", "multi-head self-attention"));
-            if !swapped("attention") && aspp_out % m.attention_heads != 0 {
-                return Err(ConfigError::new(
-                    "model.attention_heads",
-                    format!("{} heads do not divide the {aspp_out} channels entering the attention block", m.attention_heads),
-                ));
-            }
+            modules.push(swappable(ATTENTION, "multi-head self-attention"));
+            check_heads(m.attention_heads, wd.aspp_out, swapped(ATTENTION))?;
             stages.push(StageInfo {
-                id: "attention".into(),
-                shape: [b, aspp_out, h / os, w / os],
+                id: ATTENTION.into(),
+                shape: [b, wd.aspp_out, h / os, w / os],
             });
         }
         if m.aux_head {
-            modules.push(swappable("aux_head", "FCN auxiliary head on layer3"));
+            modules.push(swappable(AUX_HEAD, "FCN auxiliary head on layer3"));
         }
-
-        modules.push(swappable("decoder", "DeepLabV3+ decoder"));
-        modules.push(swappable(
-            "decoder.project",
-            "Conv 1×1 → 48 + BN + ReLU on layer1",
-        ));
-        modules.push(swappable("decoder.fuse.0", "Conv 3×3 + BN + ReLU"));
-        modules.push(swappable("decoder.fuse.1", "Conv 3×3 + BN + ReLU"));
-        modules.push(fixed(
-            "classifier",
-            "Conv 1×1 → classes",
-            "it produces the logits",
-        ));
-
-        let low_level = if swapped("decoder.project") {
-            64 * expansion
-        } else {
-            48
-        };
-        let (decoder_out, logits_stride) = if swapped("decoder") {
-            (aspp_out, os)
-        } else {
-            let mut ch = aspp_out + low_level;
-            for k in 0..2 {
-                if !swapped(&format!("decoder.fuse.{k}")) {
-                    ch = 256;
-                }
-            }
-            (ch, 4)
-        };
+        modules.extend(decoder_modules());
+        let ls = wd.logits_stride;
         stages.push(StageInfo {
-            id: "decoder".into(),
-            shape: [b, decoder_out, h / logits_stride, w / logits_stride],
+            id: DECODER.into(),
+            shape: [b, wd.decoder_out, h / ls, w / ls],
         });
         let (lh, lw) = match config.train.loss_resolution {
             crate::LossResolution::Full => (h, w),
-            crate::LossResolution::Quarter => (h / logits_stride, w / logits_stride),
+            crate::LossResolution::Quarter => (h / ls, w / ls),
         };
         stages.push(StageInfo {
-            id: "classifier".into(),
+            id: CLASSIFIER.into(),
             shape: [b, m.classes, lh, lw],
         });
-
-        for id in &identity {
-            match modules.iter().find(|x| &x.id == id) {
-                None => {
-                    return Err(ConfigError::new(
-                        "model.identity",
-                        format!(
-                            "`{id}` is not a module of this model (see `oom-bisect inspect` for the ids{})",
-                            closest(id, modules.iter().map(|m| m.id.as_str()))
-                                .map(|c| format!("; did you mean `{c}`?"))
-                                .unwrap_or_default()
-                        ),
-                    ))
-                }
-                Some(ModuleInfo {
-                    not_swappable: Some(why),
-                    ..
-                }) => {
-                    return Err(ConfigError::new(
-                        "model.identity",
-                        format!("`{id}` cannot be swapped for identity: {why}"),
-                    ))
-                }
-                Some(_) => {}
-            }
-        }
-
-        let truncate = match &m.truncate_after {
-            None => None,
-            Some(t) => match stages.iter().position(|s| &s.id == t) {
-                Some(i) => Some(i),
-                None => {
-                    let hint = if t == "aux_head" {
-                        "; the auxiliary head is a side branch: truncate after a layer3 block or later to include it".to_string()
-                    } else {
-                        closest(t, stages.iter().map(|s| s.id.as_str()))
-                            .map(|c| format!("; did you mean `{c}`?"))
-                            .unwrap_or_default()
-                    };
-                    return Err(ConfigError::new(
-                        "model.truncate_after",
-                        format!("`{t}` is not a stage of this model (stages: backbone.stem, backbone.layer1.0 … classifier, see `oom-bisect inspect`){hint}"),
-                    ));
-                }
-            },
-        };
-
+        check_identity(&identity, &modules)?;
+        let truncate = truncation(m.truncate_after.as_deref(), &stages)?;
         Ok(Architecture {
             config: m.clone(),
             batch: b,
             input: [h, w],
+            layer3_out: 256 * m.backbone.expansion(),
             blocks,
             identity,
             truncate,
             stages,
             modules,
-            aspp_out,
-            low_level,
-            decoder_out,
-            logits_stride,
-            layer3_out,
+            aspp_out: wd.aspp_out,
+            low_level: wd.low_level,
+            decoder_out: wd.decoder_out,
+            logits_stride: wd.logits_stride,
         })
     }
 
@@ -331,11 +353,16 @@ impl Architecture {
 
     /// Whether the ASPP passes its input through: swapped as a whole, or every branch swapped.
     pub fn aspp_is_identity(&self) -> bool {
-        self.is_identity("aspp")
+        self.is_identity(ASPP)
             || ASPP_BRANCHES
                 .iter()
-                .chain(std::iter::once(&"aspp.pool"))
+                .chain(std::iter::once(&ASPP_POOL))
                 .all(|id| self.is_identity(id))
+    }
+
+    /// Whether module `id` is built: it is not swapped, and nothing that contains it is.
+    pub fn present(&self, id: &str) -> bool {
+        !self.identity.iter().any(|x| within(id, x))
     }
 
     /// Ids of every module that can be swapped for identity, in forward order.
@@ -347,20 +374,50 @@ impl Architecture {
             .collect()
     }
 
+    /// What a search swaps, as groups of ids: the later blocks of each backbone layer together
+    /// (`backbone.layer3.1-22`), and every other swappable module that contains no other one (the
+    /// ASPP's branches, not the ASPP). Modules the config already swaps are left out.
+    pub fn swap_groups(&self) -> Vec<(String, Vec<String>)> {
+        let ids = self.swappable_ids();
+        let mut groups = vec![];
+        for i in 0..self.blocks.len() {
+            let layer: Vec<String> = ids
+                .iter()
+                .filter(|id| block_layer(id) == Some(i) && self.present(id))
+                .cloned()
+                .collect();
+            let n = self.blocks[i].len();
+            let label = match n {
+                2 => block(i, 1),
+                _ => format!("{}-{}", block(i, 1), n - 1),
+            };
+            if !layer.is_empty() {
+                groups.push((label, layer));
+            }
+        }
+        let leaf = |id: &String| !ids.iter().any(|o| o != id && within(o, id));
+        for id in ids.iter().filter(|id| block_layer(id).is_none()) {
+            if leaf(id) && self.present(id) {
+                groups.push((id.clone(), vec![id.clone()]));
+            }
+        }
+        groups
+    }
+
     /// Whether the stage at `index` runs under the configured truncation.
     pub fn runs(&self, index: usize) -> bool {
         self.truncate.is_none_or(|t| index <= t)
     }
 
+    /// The stage after which the auxiliary head branches off: the last block of layer3.
+    pub fn aux_stage(&self) -> String {
+        block(2, self.blocks[2].len() - 1)
+    }
+
     /// Whether the auxiliary head runs: it is enabled, not swapped, and layer3 is reached.
     pub fn aux_runs(&self) -> bool {
-        let last_layer3 = format!("backbone.layer3.{}", self.blocks[2].len() - 1);
-        let idx = self
-            .stages
-            .iter()
-            .position(|s| s.id == last_layer3)
-            .expect("layer3 exists");
-        self.config.aux_head && !self.is_identity("aux_head") && self.runs(idx)
+        let idx = self.stage_index(&self.aux_stage());
+        self.config.aux_head && !self.is_identity(AUX_HEAD) && self.runs(idx)
     }
 
     /// Index of the stage with this id.
@@ -370,6 +427,64 @@ impl Architecture {
             .position(|s| s.id == id)
             .unwrap_or_else(|| panic!("stage {id} exists"))
     }
+}
+
+fn check_heads(heads: usize, channels: usize, swapped: bool) -> Result<(), ConfigError> {
+    if swapped || channels.is_multiple_of(heads) {
+        return Ok(());
+    }
+    Err(ConfigError::new(
+        "model.attention_heads",
+        format!("{heads} heads do not divide the {channels} channels entering the attention block"),
+    ))
+}
+
+/// Every id in `identity` must name a module that can be swapped.
+fn check_identity(identity: &[String], modules: &[ModuleInfo]) -> Result<(), ConfigError> {
+    for id in identity {
+        match modules.iter().find(|x| &x.id == id) {
+            None => {
+                let hint = closest(id, modules.iter().map(|m| m.id.as_str()))
+                    .map(|c| format!("; did you mean `{c}`?"))
+                    .unwrap_or_default();
+                return Err(ConfigError::new(
+                    "model.identity",
+                    format!("`{id}` is not a module of this model (see `oom-bisect inspect` for the ids{hint})"),
+                ));
+            }
+            Some(ModuleInfo {
+                not_swappable: Some(why),
+                ..
+            }) => {
+                return Err(ConfigError::new(
+                    "model.identity",
+                    format!("`{id}` cannot be swapped for identity: {why}"),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// The index of the truncation stage, refusing a stage the model does not have.
+fn truncation(after: Option<&str>, stages: &[StageInfo]) -> Result<Option<usize>, ConfigError> {
+    let Some(t) = after else { return Ok(None) };
+    if let Some(i) = stages.iter().position(|s| s.id == t) {
+        return Ok(Some(i));
+    }
+    let hint = if t == AUX_HEAD {
+        "; the auxiliary head is a side branch: truncate after a layer3 block or later to include it"
+            .to_string()
+    } else {
+        closest(t, stages.iter().map(|s| s.id.as_str()))
+            .map(|c| format!("; did you mean `{c}`?"))
+            .unwrap_or_default()
+    };
+    Err(ConfigError::new(
+        "model.truncate_after",
+        format!("`{t}` is not a stage of this model (stages: {STEM}, {} … {CLASSIFIER}, see `oom-bisect inspect`){hint}", block(0, 0)),
+    ))
 }
 
 fn closest<'a>(id: &str, ids: impl Iterator<Item = &'a str>) -> Option<&'a str> {

@@ -529,78 +529,100 @@ impl Config {
     /// Range checks with the key and what is allowed. Module ids and stage ids are checked by the model
     /// (they depend on the architecture); see [`crate::Architecture::new`].
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let m = &self.model;
-        if ![8, 16, 32].contains(&m.output_stride) {
+        self.model.validate()?;
+        self.data.validate(self.model.output_stride)?;
+        self.train.validate()?;
+        self.device.validate()
+    }
+}
+
+impl ModelConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if ![8, 16, 32].contains(&self.output_stride) {
             return Err(ConfigError::new(
                 "model.output_stride",
-                format!("{} is not allowed (allowed: 8, 16, 32)", m.output_stride),
+                format!("{} is not allowed (allowed: 8, 16, 32)", self.output_stride),
             ));
         }
-        if m.classes == 0 {
+        if self.classes == 0 {
             return Err(ConfigError::new("model.classes", "must be at least 1"));
         }
-        if let Some(rates) = m.aspp_rates {
-            if rates.contains(&0) {
-                return Err(ConfigError::new(
-                    "model.aspp_rates",
-                    "rates must be at least 1",
-                ));
-            }
+        if self.aspp_rates.is_some_and(|r| r.contains(&0)) {
+            return Err(ConfigError::new(
+                "model.aspp_rates",
+                "rates must be at least 1",
+            ));
         }
-        if m.aspp_channels == 0 {
+        if self.aspp_channels == 0 {
             return Err(ConfigError::new(
                 "model.aspp_channels",
                 "must be at least 1",
             ));
         }
-        if m.attention_heads > 0 && !m.aspp_channels.is_multiple_of(m.attention_heads) {
+        let heads = self.attention_heads;
+        if heads > 0 && !self.aspp_channels.is_multiple_of(heads) {
             return Err(ConfigError::new(
                 "model.attention_heads",
                 format!(
-                    "{} does not divide model.aspp_channels ({}); heads must divide the channels",
-                    m.attention_heads, m.aspp_channels
+                    "{heads} does not divide model.aspp_channels ({}); heads must divide the channels",
+                    self.aspp_channels
                 ),
             ));
         }
-        let d = &self.data;
-        if d.batch == 0 {
+        Ok(())
+    }
+}
+
+impl DataConfig {
+    fn validate(&self, output_stride: usize) -> Result<(), ConfigError> {
+        if self.batch == 0 {
             return Err(ConfigError::new("data.batch", "must be at least 1"));
         }
-        for (i, side) in d.size.iter().enumerate() {
-            // The stem and layer1 always downsample by 4; deeper stages by the output stride.
-            let multiple = m.output_stride.max(4);
+        // The stem and layer1 always downsample by 4; deeper stages by the output stride.
+        let multiple = output_stride.max(4);
+        for (i, side) in self.size.iter().enumerate() {
             if *side == 0 || !side.is_multiple_of(multiple) {
                 return Err(ConfigError::new(
                     "data.size",
                     format!(
-                        "{} {side} is not a positive multiple of the output stride {} (try {})",
+                        "{} {side} is not a positive multiple of the output stride {output_stride} (try {})",
                         ["height", "width"][i],
-                        m.output_stride,
                         ((side / multiple).max(1)) * multiple
                     ),
                 ));
             }
         }
-        let t = &self.train;
-        if t.steps == 0 {
+        Ok(())
+    }
+}
+
+impl TrainConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.steps == 0 {
             return Err(ConfigError::new("train.steps", "must be at least 1"));
         }
-        if !(t.learning_rate.is_finite() && t.learning_rate > 0.0) {
+        if !(self.learning_rate.is_finite() && self.learning_rate > 0.0) {
             return Err(ConfigError::new(
                 "train.learning_rate",
                 "must be a positive number",
             ));
         }
-        if !(0.0..1.0).contains(&t.momentum) {
+        if !(0.0..1.0).contains(&self.momentum) {
             return Err(ConfigError::new("train.momentum", "must be in [0, 1)"));
         }
-        if !(t.weight_decay.is_finite() && t.weight_decay >= 0.0) {
+        if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
             return Err(ConfigError::new(
                 "train.weight_decay",
                 "must be zero or positive",
             ));
         }
-        if let Some(f) = self.device.memory_fraction {
+        Ok(())
+    }
+}
+
+impl DeviceConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(f) = self.memory_fraction {
             if !(f > 0.0 && f <= 1.0) {
                 return Err(ConfigError::new(
                     "device.memory_fraction",
@@ -608,7 +630,7 @@ impl Config {
                 ));
             }
         }
-        if let Some(b) = &self.device.backend {
+        if let Some(b) = &self.backend {
             if b != "cuda" && b != "cpu" {
                 return Err(ConfigError::new(
                     "device.backend",

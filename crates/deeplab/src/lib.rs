@@ -5,10 +5,12 @@
 pub mod arch;
 pub mod blocks;
 pub mod config;
+pub mod estimate;
 pub mod model;
 pub mod train;
 
-pub use arch::{Architecture, ModuleInfo, StageInfo};
+pub use arch::{ids, Architecture, ModuleInfo, StageInfo};
+pub use estimate::{dtype_bytes, Breakdown, MemoryEstimate, StageEstimate};
 pub use config::{
     Backbone, Config, ConfigError, DataConfig, DeviceConfig, LossResolution, ModelConfig,
     Optimizer, Phase, Precision, TrainConfig,

@@ -3,7 +3,8 @@
 //! encoder-decoder head. Modules swapped for identity are `None`; the forward pass reports every
 //! stage to an observer and stops after the truncation stage.
 
-use crate::arch::{Architecture, LAYERS};
+use crate::arch::ids::{self, block};
+use crate::arch::Architecture;
 use crate::blocks::{bn, conv, Block, Conv3x3, ConvBnRelu, Norm};
 use burn::nn::attention::{MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
 use burn::nn::conv::{Conv2d, Conv2dConfig};
@@ -103,6 +104,37 @@ pub struct ResNet<B: Backend> {
     pub layers: Vec<Vec<Option<Block<B>>>>,
 }
 
+impl<B: Backend> ResNet<B> {
+    fn new(arch: &Architecture, device: &B::Device) -> Self {
+        let bottleneck = arch.config.backbone.bottleneck();
+        let layers = arch
+            .blocks
+            .iter()
+            .enumerate()
+            .map(|(i, specs)| {
+                let present = |k: usize| !arch.is_identity(&block(i, k));
+                let build = |(k, s): (usize, &crate::blocks::BlockSpec)| {
+                    present(k).then(|| Block::new(*s, bottleneck, device))
+                };
+                specs.iter().enumerate().map(build).collect()
+            })
+            .collect();
+        ResNet {
+            conv1: Conv2dConfig::new([3, 64], [7, 7])
+                .with_stride([2, 2])
+                .with_padding(PaddingConfig2d::Explicit(3, 3, 3, 3))
+                .with_bias(false)
+                .init(device),
+            bn1: bn(64, device),
+            maxpool: MaxPool2dConfig::new([3, 3])
+                .with_strides([2, 2])
+                .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
+                .init(),
+            layers,
+        }
+    }
+}
+
 #[derive(Module, Debug)]
 pub struct Aspp<B: Backend> {
     pub branch0: Option<ConvBnRelu<B>>,
@@ -114,6 +146,30 @@ pub struct Aspp<B: Backend> {
 }
 
 impl<B: Backend> Aspp<B> {
+    fn new(arch: &Architecture, device: &B::Device) -> Self {
+        let m = &arch.config;
+        let on = |id: &str| !arch.is_identity(id);
+        let high = arch.blocks[3][0].planes * m.backbone.expansion();
+        let c = m.aspp_channels;
+        let rates = m.effective_aspp_rates();
+        let [branch0, atrous @ ..] = ids::ASPP_BRANCHES;
+        let kept = ids::ASPP_BRANCHES
+            .iter()
+            .chain([&ids::ASPP_POOL])
+            .filter(|id| on(id))
+            .count();
+        let pointwise = || ConvBnRelu::new(conv([high, c], 1, 1, 1, 1), device);
+        Aspp {
+            branch0: on(branch0).then(pointwise),
+            atrous: (0..3)
+                .map(|i| on(atrous[i]).then(|| Conv3x3::new([high, c], rates[i], m.separable, device)))
+                .collect(),
+            pool: on(ids::ASPP_POOL).then(pointwise),
+            project: ConvBnRelu::new(conv([kept * c, c], 1, 1, 1, 1), device),
+            dropout: DropoutConfig::new(0.5).init(),
+        }
+    }
+
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         let [_, _, h, w] = x.dims();
         let mut outs = Vec::with_capacity(5);
@@ -161,6 +217,28 @@ pub struct Decoder<B: Backend> {
 }
 
 impl<B: Backend> Decoder<B> {
+    fn new(arch: &Architecture, device: &B::Device) -> Self {
+        let m = &arch.config;
+        let on = |id: &str| !arch.is_identity(id);
+        let low_in = arch.blocks[0][0].planes * m.backbone.expansion();
+        let mut ch = arch.aspp_out + arch.low_level;
+        let fuse = ids::DECODER_FUSE
+            .iter()
+            .map(|id| {
+                on(id).then(|| {
+                    let f = Conv3x3::new([ch, 256], 1, m.separable, device);
+                    ch = 256;
+                    f
+                })
+            })
+            .collect();
+        Decoder {
+            project: on(ids::DECODER_PROJECT)
+                .then(|| ConvBnRelu::new(conv([low_in, 48], 1, 1, 1, 1), device)),
+            fuse,
+        }
+    }
+
     pub fn forward(&self, high: Tensor<B, 4>, low: Tensor<B, 4>) -> Tensor<B, 4> {
         let [_, _, h, w] = low.dims();
         let low = match &self.project {
@@ -226,73 +304,13 @@ impl<B: Backend> DeepLabV3Plus<B> {
 
     fn build(arch: Architecture, device: &B::Device) -> Self {
         let m = &arch.config;
-        let sep = m.separable;
-        let bottleneck = m.backbone.bottleneck();
         let on = |id: &str| !arch.is_identity(id);
-
-        let layers = arch
-            .blocks
-            .iter()
-            .enumerate()
-            .map(|(i, specs)| {
-                specs
-                    .iter()
-                    .enumerate()
-                    .map(|(k, s)| {
-                        on(&format!("backbone.{}.{k}", LAYERS[i]))
-                            .then(|| Block::new(*s, bottleneck, device))
-                    })
-                    .collect()
-            })
-            .collect();
-        let backbone = ResNet {
-            conv1: Conv2dConfig::new([3, 64], [7, 7])
-                .with_stride([2, 2])
-                .with_padding(PaddingConfig2d::Explicit(3, 3, 3, 3))
-                .with_bias(false)
-                .init(device),
-            bn1: bn(64, device),
-            maxpool: MaxPool2dConfig::new([3, 3])
-                .with_strides([2, 2])
-                .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
-                .init(),
-            layers,
-        };
-
-        let high = arch.blocks[3][0].planes * m.backbone.expansion();
-        let c = m.aspp_channels;
-        let rates = m.effective_aspp_rates();
-        let aspp = (!arch.aspp_is_identity()).then(|| {
-            let kept = [
-                "aspp.branch0",
-                "aspp.branch1",
-                "aspp.branch2",
-                "aspp.branch3",
-                "aspp.pool",
-            ]
-            .iter()
-            .filter(|id| on(id))
-            .count();
-            Aspp {
-                branch0: on("aspp.branch0")
-                    .then(|| ConvBnRelu::new(conv([high, c], 1, 1, 1, 1), device)),
-                atrous: (0..3)
-                    .map(|i| {
-                        on(&format!("aspp.branch{}", i + 1))
-                            .then(|| Conv3x3::new([high, c], rates[i], sep, device))
-                    })
-                    .collect(),
-                pool: on("aspp.pool").then(|| ConvBnRelu::new(conv([high, c], 1, 1, 1, 1), device)),
-                project: ConvBnRelu::new(conv([kept * c, c], 1, 1, 1, 1), device),
-                dropout: DropoutConfig::new(0.5).init(),
-            }
-        });
-        let attention = (m.attention_heads > 0 && on("attention")).then(|| Attention {
+        let attention = (m.attention_heads > 0 && on(ids::ATTENTION)).then(|| Attention {
             mha: MultiHeadAttentionConfig::new(arch.aspp_out, m.attention_heads)
                 .with_dropout(0.0)
                 .init(device),
         });
-        let aux_head = (m.aux_head && on("aux_head")).then(|| {
+        let aux_head = (m.aux_head && on(ids::AUX_HEAD)).then(|| {
             let inter = arch.layer3_out / 4;
             AuxHead {
                 conv: ConvBnRelu::new(conv([arch.layer3_out, inter], 3, 1, 1, 1), device),
@@ -300,32 +318,13 @@ impl<B: Backend> DeepLabV3Plus<B> {
                 classifier: Conv2dConfig::new([inter, m.classes], [1, 1]).init(device),
             }
         });
-        let decoder = on("decoder").then(|| {
-            let low_in = arch.blocks[0][0].planes * m.backbone.expansion();
-            let mut ch = arch.aspp_out + arch.low_level;
-            let fuse = (0..2)
-                .map(|k| {
-                    on(&format!("decoder.fuse.{k}")).then(|| {
-                        let f = Conv3x3::new([ch, 256], 1, sep, device);
-                        ch = 256;
-                        f
-                    })
-                })
-                .collect();
-            Decoder {
-                project: on("decoder.project")
-                    .then(|| ConvBnRelu::new(conv([low_in, 48], 1, 1, 1, 1), device)),
-                fuse,
-            }
-        });
-        let classifier = Conv2dConfig::new([arch.decoder_out, m.classes], [1, 1]).init(device);
         DeepLabV3Plus {
-            backbone,
-            aspp,
+            backbone: ResNet::new(&arch, device),
+            aspp: (!arch.aspp_is_identity()).then(|| Aspp::new(&arch, device)),
             attention,
             aux_head,
-            decoder,
-            classifier,
+            decoder: on(ids::DECODER).then(|| Decoder::new(&arch, device)),
+            classifier: Conv2dConfig::new([arch.decoder_out, m.classes], [1, 1]).init(device),
             arch,
         }
     }
@@ -350,7 +349,7 @@ impl<B: Backend> DeepLabV3Plus<B> {
         let mut x = bb
             .maxpool
             .forward(relu(bb.bn1.forward(bb.conv1.forward(x))));
-        if done("backbone.stem", observe) {
+        if done(ids::STEM, observe) {
             return Output::truncated(x, None);
         }
         let mut low = None;
@@ -360,7 +359,7 @@ impl<B: Backend> DeepLabV3Plus<B> {
                 if let Some(block) = block {
                     x = block.forward(x);
                 }
-                let id = format!("backbone.{}.{k}", LAYERS[i]);
+                let id = ids::block(i, k);
                 let last = k + 1 == layer.len();
                 if i == 2 && last {
                     if let Some(head) = &self.aux_head {
@@ -373,7 +372,7 @@ impl<B: Backend> DeepLabV3Plus<B> {
                     return Output::truncated(x, aux.map(|a| resize(a, [h, w])));
                 }
                 if aux.is_some() && i == 2 && last {
-                    observe("aux_head");
+                    observe(ids::AUX_HEAD);
                 }
                 if i == 0 && last {
                     low = Some(x.clone());
@@ -384,14 +383,14 @@ impl<B: Backend> DeepLabV3Plus<B> {
         if let Some(aspp) = &self.aspp {
             x = aspp.forward(x);
         }
-        if done("aspp", observe) {
+        if done(ids::ASPP, observe) {
             return Output::truncated(x, aux.map(|a| resize(a, [h, w])));
         }
         if arch.config.attention_heads > 0 {
             if let Some(att) = &self.attention {
                 x = att.forward(x);
             }
-            if done("attention", observe) {
+            if done(ids::ATTENTION, observe) {
                 return Output::truncated(x, aux.map(|a| resize(a, [h, w])));
             }
         }
@@ -400,12 +399,12 @@ impl<B: Backend> DeepLabV3Plus<B> {
             x = decoder.forward(x, low.expect("layer1 ran"));
         }
         let [_, _, lh, lw] = arch.stages.last().expect("classifier stage").shape;
-        if done("decoder", observe) {
+        if done(ids::DECODER, observe) {
             return Output::truncated(x, aux.map(|a| resize(a, [lh, lw])));
         }
         // Classifier: 1×1 conv to classes, then bilinear to the loss resolution.
         let logits = resize(self.classifier.forward(x), [lh, lw]);
-        done("classifier", observe);
+        done(ids::CLASSIFIER, observe);
         Output {
             head: Head::Logits(logits),
             aux: aux.map(|a| resize(a, [lh, lw])),
@@ -441,74 +440,58 @@ pub fn trainable_params<B: burn::tensor::backend::AutodiffBackend, M: Module<B>>
 impl<B: burn::tensor::backend::AutodiffBackend> DeepLabV3Plus<B> {
     /// Trainable parameters of every module id of the architecture (0 where swapped for identity).
     pub fn params_by_module(&self) -> Vec<(String, usize)> {
-        let mut out = vec![];
+        self.arch
+            .modules
+            .iter()
+            .map(|m| (m.id.clone(), self.params_of(&m.id)))
+            .collect()
+    }
+
+    /// Trainable parameters of one module id (0 where swapped or absent).
+    fn params_of(&self, id: &str) -> usize {
+        let count = |m: Option<&dyn ModuleParams<B>>| m.map_or(0, |m| m.trainable());
         let bb = &self.backbone;
-        out.push(("backbone.conv1".into(), trainable_params(&bb.conv1)));
-        out.push(("backbone.bn1".into(), trainable_params(&bb.bn1)));
-        out.push(("backbone.maxpool".into(), 0));
-        for (i, layer) in bb.layers.iter().enumerate() {
-            for (k, block) in layer.iter().enumerate() {
-                out.push((
-                    format!("backbone.{}.{k}", LAYERS[i]),
-                    block.as_ref().map(trainable_params).unwrap_or(0),
-                ));
-            }
-        }
         let aspp = self.aspp.as_ref();
-        out.push(("aspp".into(), aspp.map(trainable_params).unwrap_or(0)));
-        out.push((
-            "aspp.branch0".into(),
-            aspp.and_then(|a| a.branch0.as_ref())
-                .map(trainable_params)
-                .unwrap_or(0),
-        ));
-        for i in 0..3 {
-            out.push((
-                format!("aspp.branch{}", i + 1),
-                aspp.and_then(|a| a.atrous[i].as_ref())
-                    .map(trainable_params)
-                    .unwrap_or(0),
-            ));
-        }
-        out.push((
-            "aspp.pool".into(),
-            aspp.and_then(|a| a.pool.as_ref())
-                .map(trainable_params)
-                .unwrap_or(0),
-        ));
-        out.push((
-            "aspp.project".into(),
-            aspp.map(|a| trainable_params(&a.project)).unwrap_or(0),
-        ));
-        if self.arch.config.attention_heads > 0 {
-            out.push((
-                "attention".into(),
-                self.attention.as_ref().map(trainable_params).unwrap_or(0),
-            ));
-        }
-        if self.arch.config.aux_head {
-            out.push((
-                "aux_head".into(),
-                self.aux_head.as_ref().map(trainable_params).unwrap_or(0),
-            ));
-        }
         let dec = self.decoder.as_ref();
-        out.push(("decoder".into(), dec.map(trainable_params).unwrap_or(0)));
-        out.push((
-            "decoder.project".into(),
-            dec.and_then(|d| d.project.as_ref())
-                .map(trainable_params)
-                .unwrap_or(0),
-        ));
-        for k in 0..2 {
-            out.push((
-                format!("decoder.fuse.{k}"),
-                dec.and_then(|d| d.fuse[k].as_ref())
-                    .map(trainable_params)
-                    .unwrap_or(0),
-            ));
+        if let Some(i) = ids::block_layer(id) {
+            let k = id.rsplit('.').next().and_then(|k| k.parse::<usize>().ok());
+            let b = k.and_then(|k| bb.layers[i].get(k)?.as_ref());
+            return count(b.map(|b| b as &dyn ModuleParams<B>));
         }
-        out.push(("classifier".into(), trainable_params(&self.classifier)));
-        out
+        if let Some(i) = ids::ASPP_BRANCHES.iter().position(|b| *b == id) {
+            let b = match i {
+                0 => aspp.and_then(|a| a.branch0.as_ref()).map(|b| b as &dyn ModuleParams<B>),
+                _ => aspp.and_then(|a| a.atrous[i - 1].as_ref()).map(|b| b as _),
+            };
+            return count(b);
+        }
+        if let Some(k) = ids::DECODER_FUSE.iter().position(|f| *f == id) {
+            return count(dec.and_then(|d| d.fuse[k].as_ref()).map(|f| f as _));
+        }
+        let m: Option<&dyn ModuleParams<B>> = match id {
+            ids::CONV1 => Some(&bb.conv1),
+            ids::BN1 => Some(&bb.bn1),
+            ids::ASPP => aspp.map(|a| a as _),
+            ids::ASPP_POOL => aspp.and_then(|a| a.pool.as_ref()).map(|p| p as _),
+            ids::ASPP_PROJECT => aspp.map(|a| &a.project as _),
+            ids::ATTENTION => self.attention.as_ref().map(|a| a as _),
+            ids::AUX_HEAD => self.aux_head.as_ref().map(|a| a as _),
+            ids::DECODER => dec.map(|d| d as _),
+            ids::DECODER_PROJECT => dec.and_then(|d| d.project.as_ref()).map(|p| p as _),
+            ids::CLASSIFIER => Some(&self.classifier),
+            _ => None,
+        };
+        count(m)
+    }
+}
+
+/// Any module whose trainable parameters can be counted (object-safe, for `params_of`).
+trait ModuleParams<B: burn::tensor::backend::AutodiffBackend> {
+    fn trainable(&self) -> usize;
+}
+
+impl<B: burn::tensor::backend::AutodiffBackend, M: Module<B>> ModuleParams<B> for M {
+    fn trainable(&self) -> usize {
+        trainable_params(self)
     }
 }

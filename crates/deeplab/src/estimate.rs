@@ -1,0 +1,450 @@
+//! The model's own estimate of what a training step holds, from its shapes and options alone: every
+//! layer walked in forward order with what burn's autodiff keeps of it for backward, its output, and
+//! its parameters; then a step simulated over that list (forward, loss, backward in reverse, optimizer).
+//!
+//! What each op keeps is burn 0.21's autodiff, measured op by op under the CPU counting allocator
+//! (`cargo run -p oom-trial --example saved_bytes`): a convolution keeps its input; burn-nn's
+//! BatchNorm keeps three tensors of its input's size, the lean one one; ReLU keeps its input; max
+//! pooling its input and int32 indices; dropout its input and a float mask; a matrix product both
+//! operands; cat, add and reshapes nothing. It is an estimate: `inspect` prints it, tests of the search
+//! run on it; oom-bisect's answers come from measured trials.
+
+use crate::arch::ids::{self, block};
+use crate::arch::Architecture;
+use crate::blocks::BlockSpec;
+use crate::config::{BatchNormKind, Config, Optimizer, Phase, Precision};
+
+/// One layer: what it keeps for backward, what it outputs and what it learns, in elements.
+#[derive(Debug, Clone, PartialEq)]
+struct Layer {
+    /// Index of the forward stage it belongs to.
+    stage: usize,
+    /// The innermost module id it belongs to.
+    module: String,
+    saved: u64,
+    output: u64,
+    params: u64,
+}
+
+/// Bytes a step holds, by part, at the moment of its peak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Breakdown {
+    pub weights: u64,
+    pub gradients: u64,
+    pub optimizer_state: u64,
+    /// The batch (images and labels).
+    pub batch: u64,
+    /// Activations kept for backward and the transient tensors of the moment.
+    pub activations: u64,
+}
+
+impl Breakdown {
+    pub fn total(&self) -> u64 {
+        self.weights + self.gradients + self.optimizer_state + self.batch + self.activations
+    }
+}
+
+/// One stage's share of what the forward pass keeps for backward.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StageEstimate {
+    pub id: String,
+    pub shape: [usize; 4],
+    pub saved_bytes: u64,
+    /// Whether the stage runs under the configured truncation.
+    pub runs: bool,
+}
+
+/// The estimate of one config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryEstimate {
+    pub stages: Vec<StageEstimate>,
+    /// Trainable parameters (exact: the same count as the built model's).
+    pub params: u64,
+    /// The highest total during a steady-state step, and what it is made of.
+    pub peak: Breakdown,
+    /// What outlives a step: weights, optimizer state and the batch.
+    pub between_steps: u64,
+}
+
+/// Bytes of one element at the configured precision.
+pub fn dtype_bytes(p: Precision) -> u64 {
+    match p {
+        Precision::F32 => 4,
+        Precision::F16 | Precision::Bf16 => 2,
+    }
+}
+
+impl Architecture {
+    /// Trainable parameters of the model as built from this architecture (exact).
+    pub fn params(&self) -> u64 {
+        layers(self).iter().map(|l| l.params).sum()
+    }
+
+    /// Trainable parameters of module `id` and everything inside it (0 when it is swapped).
+    pub fn params_of(&self, id: &str) -> u64 {
+        layers(self)
+            .iter()
+            .filter(|l| ids::within(&l.module, id))
+            .map(|l| l.params)
+            .sum()
+    }
+
+    /// What one training step of `config` holds (see the module documentation).
+    pub fn memory_estimate(&self, config: &Config) -> MemoryEstimate {
+        let e = dtype_bytes(config.train.precision);
+        let all = layers(self);
+        let run: Vec<Layer> = all
+            .iter()
+            .filter(|l| self.runs(l.stage))
+            .cloned()
+            .collect();
+        let params: u64 = all.iter().map(|l| l.params).sum();
+        let stages = self
+            .stages
+            .iter()
+            .enumerate()
+            .map(|(i, s)| StageEstimate {
+                id: s.id.clone(),
+                shape: s.shape,
+                saved_bytes: e * run.iter().filter(|l| l.stage == i).map(|l| l.saved).sum::<u64>(),
+                runs: self.runs(i),
+            })
+            .collect();
+        let fixed = Fixed::new(self, config, params);
+        let peak = simulate_step(&run, &fixed, config, e);
+        MemoryEstimate {
+            stages,
+            params,
+            between_steps: fixed.weights + fixed.state + fixed.batch,
+            peak,
+        }
+    }
+}
+
+/// What exists outside the autodiff graph: weights, optimizer state, the batch.
+struct Fixed {
+    weights: u64,
+    state: u64,
+    batch: u64,
+}
+
+impl Fixed {
+    fn new(arch: &Architecture, config: &Config, params: u64) -> Fixed {
+        let e = dtype_bytes(config.train.precision);
+        let [h, w] = arch.input;
+        let pixels = (arch.batch * h * w) as u64;
+        // Optimizer state exists from the first update on, which only a full step makes.
+        let states = match (config.train.phase, config.train.optimizer) {
+            (Phase::Step, Optimizer::Sgd) => 1,
+            (Phase::Step, Optimizer::Adamw) => 2,
+            _ => 0,
+        };
+        Fixed {
+            weights: params * e,
+            state: states * params * e,
+            // Images, and int32 labels.
+            batch: 3 * pixels * e + 4 * pixels,
+        }
+    }
+}
+
+/// The highest total of a steady-state step: after the forward pass (every saved tensor alive);
+/// during backward, walked in reverse (layers after `i` have given back what they kept and left
+/// their parameters' gradients; the gradients of layer `i`'s output and input are alive); and at
+/// the optimizer step (every gradient, one parameter's new values at a time).
+fn simulate_step(run: &[Layer], fixed: &Fixed, config: &Config, e: u64) -> Breakdown {
+    let base = Breakdown {
+        weights: fixed.weights,
+        optimizer_state: fixed.state,
+        batch: fixed.batch,
+        ..Default::default()
+    };
+    let saved: u64 = run.iter().map(|l| l.saved).sum();
+    let last_out = run.last().map_or(0, |l| l.output);
+    let mut peak = Breakdown {
+        activations: e * (saved + last_out),
+        ..base
+    };
+    if config.train.phase == Phase::Forward {
+        return peak;
+    }
+    let mut kept = saved;
+    let mut grads = 0;
+    for (i, l) in run.iter().enumerate().rev() {
+        let input = if i == 0 { 0 } else { run[i - 1].output };
+        let now = Breakdown {
+            gradients: e * grads,
+            activations: e * (kept + l.output + input),
+            ..base
+        };
+        if now.total() > peak.total() {
+            peak = now;
+        }
+        kept -= l.saved;
+        grads += l.params;
+    }
+    let update = Breakdown {
+        gradients: e * grads,
+        activations: e * run.iter().map(|l| l.params).max().unwrap_or(0),
+        ..base
+    };
+    if config.train.phase == Phase::Step && update.total() > peak.total() {
+        peak = update;
+    }
+    peak
+}
+
+/// Builds the layer list in forward order, stage by stage.
+struct Walk<'a> {
+    arch: &'a Architecture,
+    /// Tensors of the input's size BatchNorm keeps for backward.
+    bn: u64,
+    out: Vec<Layer>,
+}
+
+/// Every layer of the model in forward order (also the ones past the truncation point, which are
+/// built and carry parameters; [`Architecture::runs`] says which run).
+fn layers(arch: &Architecture) -> Vec<Layer> {
+    let bn = match arch.config.batch_norm {
+        BatchNormKind::Burn => 3,
+        BatchNormKind::Lean => 1,
+    };
+    let mut w = Walk {
+        arch,
+        bn,
+        out: vec![],
+    };
+    w.stem();
+    w.backbone();
+    w.aspp();
+    w.attention();
+    w.decoder();
+    w.classifier();
+    w.out
+}
+
+/// `[batch·h·w]` of a stage's output (pixels over the batch).
+fn pixels(shape: [usize; 4]) -> u64 {
+    (shape[0] * shape[2] * shape[3]) as u64
+}
+
+impl Walk<'_> {
+    fn stage(&self, id: &str) -> usize {
+        self.arch.stage_index(id)
+    }
+
+    fn push(&mut self, stage: usize, module: &str, saved: u64, output: u64, params: u64) {
+        self.out.push(Layer {
+            stage,
+            module: module.to_string(),
+            saved,
+            output,
+            params,
+        });
+    }
+
+    /// conv (keeps `input` unless `shared`) → BatchNorm → ReLU, `cout` channels at `px` pixels.
+    fn conv_bn_relu(&mut self, at: (usize, &str), conv_params: u64, input: u64, cout: u64, px: u64) {
+        let out = cout * px;
+        let saved = input + self.bn * out + out;
+        self.push(at.0, at.1, saved, out, conv_params + 2 * cout);
+    }
+
+    /// conv 7×7/2 → BN → ReLU → max pool 3×3/2. The conv's input is the batch (held anyway).
+    fn stem(&mut self) {
+        let s = self.stage(ids::STEM);
+        let px4 = pixels(self.arch.stages[s].shape);
+        let px2 = 4 * px4;
+        self.conv_bn_relu((s, ids::CONV1), 3 * 64 * 49, 0, 64, px2);
+        // Max pooling keeps its input (the ReLU's output) and int32 indices.
+        self.push(s, ids::MAXPOOL, 64 * px2 + 64 * px4, 64 * px4, 0);
+    }
+
+    fn backbone(&mut self) {
+        let expansion = self.arch.config.backbone.expansion() as u64;
+        let mut px_in = pixels(self.arch.stages[0].shape);
+        for (i, layer) in self.arch.blocks.iter().enumerate() {
+            for (k, spec) in layer.iter().enumerate() {
+                let id = block(i, k);
+                let s = self.stage(&id);
+                let px_out = pixels(self.arch.stages[s].shape);
+                if self.arch.present(&id) {
+                    let l = self.block(s, &id, spec, expansion, [px_in, px_out]);
+                    self.out.push(l);
+                }
+                px_in = px_out;
+            }
+        }
+        if self.arch.config.aux_head && self.arch.present(ids::AUX_HEAD) {
+            self.aux_head();
+        }
+    }
+
+    /// One residual block (torchvision's Bottleneck or BasicBlock).
+    fn block(&self, s: usize, id: &str, spec: &BlockSpec, e: u64, px: [u64; 2]) -> Layer {
+        let [px_in, px_out] = px;
+        let (cin, p) = (spec.inplanes as u64, spec.planes as u64);
+        let cout = p * e;
+        let bn = self.bn;
+        let conv_bn_relu = |cin: u64, c: u64, px_i: u64, px_o: u64| cin * px_i + (bn + 1) * c * px_o;
+        let (mut saved, mut params) = if e == 4 {
+            let a = conv_bn_relu(cin, p, px_in, px_in);
+            let b = conv_bn_relu(0, p, 0, px_out) + p * px_in;
+            // conv3 keeps the second ReLU's output; BN; the ReLU after the sum keeps its input.
+            let c = p * px_out + bn * cout * px_out + cout * px_out;
+            (a + b + c, cin * p + 9 * p * p + p * cout + 2 * (2 * p + cout))
+        } else {
+            let a = conv_bn_relu(cin, p, px_in, px_out);
+            let b = p * px_out + bn * p * px_out + p * px_out;
+            (a + b, 9 * cin * p + 9 * p * p + 2 * (2 * p))
+        };
+        if spec.downsample {
+            // Its conv keeps the block's input, already kept by conv1.
+            saved += bn * cout * px_out;
+            params += cin * cout + 2 * cout;
+        }
+        Layer {
+            stage: s,
+            module: id.to_string(),
+            saved,
+            output: cout * px_out,
+            params,
+        }
+    }
+
+    /// torchvision's FCNHead on layer3 (3×3 conv, BN, ReLU, dropout, 1×1 conv) and its loss input.
+    fn aux_head(&mut self) {
+        let s = self.stage(&self.arch.aux_stage());
+        let px = pixels(self.arch.stages[s].shape);
+        let cin = self.arch.layer3_out as u64;
+        let inter = cin / 4;
+        let k = self.arch.config.classes as u64;
+        // The 3×3 conv's input (layer3's output) is kept by layer4 already.
+        self.conv_bn_relu((s, ids::AUX_HEAD), 9 * cin * inter, 0, inter, px);
+        // Dropout keeps its input and mask; the 1×1 conv (with bias) keeps the dropout's output.
+        self.push(s, ids::AUX_HEAD, 3 * inter * px, k * px, inter * k + k);
+        let [_, _, h, w] = self.arch.stages[s].shape;
+        self.push_loss(s, ids::AUX_HEAD, k, [h, w], self.loss_size());
+    }
+
+    /// The loss resolution `[h, w]`.
+    fn loss_size(&self) -> [usize; 2] {
+        let last = self.arch.stages.last().expect("classifier stage").shape;
+        [last[2], last[3]]
+    }
+
+    /// Resize of `k`-channel logits from `from` to `to` (two matrix products keeping their inputs),
+    /// then log-softmax (keeps its output) and the pixel-wise loss.
+    fn push_loss(&mut self, s: usize, module: &str, k: u64, from: [usize; 2], to: [usize; 2]) {
+        let b = self.arch.batch as u64;
+        let (fh, fw, th, tw) = (from[0] as u64, from[1] as u64, to[0] as u64, to[1] as u64);
+        let resized = if from == to { 0 } else { b * k * (fh * fw + fh * tw) };
+        let full = b * k * th * tw;
+        self.push(s, module, resized + full, full, 0);
+    }
+
+    fn aspp(&mut self) {
+        let s = self.stage(ids::ASPP);
+        if self.arch.aspp_is_identity() {
+            return;
+        }
+        let m = &self.arch.config;
+        let px = pixels(self.arch.stages[s].shape);
+        let high = 512 * m.backbone.expansion() as u64;
+        let c = m.aspp_channels as u64;
+        // Every branch's first conv keeps layer4's output: once.
+        self.push(s, ids::ASPP, high * px, 0, 0);
+        let [branch0, atrous @ ..] = ids::ASPP_BRANCHES;
+        if self.arch.present(branch0) {
+            self.conv_bn_relu((s, branch0), high * c, 0, c, px);
+        }
+        for id in atrous {
+            if self.arch.present(id) {
+                self.conv3x3(s, id, high, c, px);
+            }
+        }
+        if self.arch.present(ids::ASPP_POOL) {
+            let b = self.arch.batch as u64;
+            self.conv_bn_relu((s, ids::ASPP_POOL), high * c, 0, c, b);
+        }
+        let kept = ids::ASPP_BRANCHES
+            .iter()
+            .chain([&ids::ASPP_POOL])
+            .filter(|id| self.arch.present(id))
+            .count() as u64;
+        // The projection keeps the concatenation; its dropout keeps its input and a mask.
+        self.conv_bn_relu((s, ids::ASPP_PROJECT), kept * c * c, kept * c * px, c, px);
+        self.push(s, ids::ASPP_PROJECT, 2 * c * px, c * px, 0);
+    }
+
+    /// A 3×3 conv block of the ASPP or the decoder: plain, or depthwise then pointwise.
+    fn conv3x3(&mut self, s: usize, id: &str, cin: u64, cout: u64, px: u64) {
+        if self.arch.config.separable {
+            // The depthwise conv's input is kept by the caller; the pointwise keeps its ReLU output.
+            self.conv_bn_relu((s, id), 9 * cin, 0, cin, px);
+            self.conv_bn_relu((s, id), cin * cout, cin * px, cout, px);
+        } else {
+            self.conv_bn_relu((s, id), 9 * cin * cout, 0, cout, px);
+        }
+    }
+
+    /// Multi-head self-attention over the pixels: q, k, v and the context kept by the products and
+    /// projections, the tokens by the three input projections, the softmax's exp and output.
+    fn attention(&mut self) {
+        let m = &self.arch.config;
+        if m.attention_heads == 0 || !self.arch.present(ids::ATTENTION) {
+            return;
+        }
+        let s = self.stage(ids::ATTENTION);
+        let [b, d, h, w] = self.arch.stages[s].shape;
+        let (b, d, n, heads) = (b as u64, d as u64, (h * w) as u64, m.attention_heads as u64);
+        let saved = 5 * b * n * d + 2 * b * heads * n * n;
+        self.push(s, ids::ATTENTION, saved, b * n * d, 4 * (d * d + d));
+    }
+
+    fn decoder(&mut self) {
+        let s = self.stage(ids::DECODER);
+        if !self.arch.present(ids::DECODER) {
+            return;
+        }
+        let a = self.arch;
+        let [b, _, _, w4] = a.stages[s].shape;
+        let px = pixels(a.stages[s].shape);
+        let low_in = 64 * a.config.backbone.expansion() as u64;
+        if a.present(ids::DECODER_PROJECT) {
+            // Its input (layer1's output) is kept by layer2 already.
+            self.conv_bn_relu((s, ids::DECODER_PROJECT), low_in * 48, 0, 48, px);
+        }
+        // The ASPP output resized to H/4 by two matrix products, each keeping its input.
+        let high = a.stages[self.stage(ids::ASPP)].shape;
+        let c = a.aspp_out as u64;
+        let resize = c * (b * high[2] * high[3] + b * high[2] * w4) as u64;
+        self.push(s, ids::DECODER, resize, c * px, 0);
+        let mut ch = c + a.low_level as u64;
+        let mut input = ch * px;
+        for id in ids::DECODER_FUSE {
+            if a.present(id) {
+                self.push(s, id, input, 0, 0);
+                self.conv3x3(s, id, ch, 256, px);
+                ch = 256;
+                input = 256 * px;
+            }
+        }
+    }
+
+    /// The 1×1 classifier (keeps its input), resize to the loss resolution, log-softmax.
+    fn classifier(&mut self) {
+        let s = self.stage(ids::CLASSIFIER);
+        let a = self.arch;
+        let k = a.config.classes as u64;
+        let before = a.stages[s - 1].shape;
+        let cin = a.decoder_out as u64;
+        let px = pixels(before);
+        let from = [before[2], before[3]];
+        let [_, _, lh, lw] = a.stages[s].shape;
+        let to = [lh, lw];
+        self.push(s, ids::CLASSIFIER, cin * px, k * px, cin * k + k);
+        self.push_loss(s, ids::CLASSIFIER, k, from, to);
+    }
+}
+

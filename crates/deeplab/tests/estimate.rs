@@ -1,0 +1,98 @@
+//! The model's memory estimate against measured peaks: real training steps on the CPU backend under a
+//! counting allocator, for configs that cover every option the estimate models (BatchNorm kinds, the
+//! aux head, separable convolutions, attention, swapped decoder parts, phases, optimizers). One test
+//! in its own binary: the allocator's counters are global, so nothing may run beside it.
+
+use burn::backend::{Autodiff, Flex};
+use deeplab::{Architecture, Config, Trainer};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+/// Counts live bytes and their peak (what `oom_trial::alloc` does in the real trial, without the
+/// ceiling).
+struct Counting;
+
+static CURRENT: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let now = CURRENT.fetch_add(layout.size(), Relaxed) + layout.size();
+        PEAK.fetch_max(now, Relaxed);
+        // SAFETY: forwarded with the caller's layout.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        CURRENT.fetch_sub(layout.size(), Relaxed);
+        // SAFETY: forwarded with the caller's pointer and layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+type B = Autodiff<Flex>;
+
+const BASE: &str = r#"
+[model]
+backbone = "resnet18"
+output_stride = 8
+classes = 8
+aspp_channels = 32
+[data]
+batch = 4
+size = [96, 96]
+[train]
+steps = 2
+"#;
+
+/// Peak bytes of `steps` real training steps above what was live before the trainer existed.
+fn measured(c: &Config) -> u64 {
+    let device = Default::default();
+    let before = CURRENT.load(Relaxed);
+    PEAK.store(before, Relaxed);
+    let mut t = Trainer::<B>::new(c, &device).unwrap();
+    for _ in 0..c.train.steps {
+        t.step(&mut |_| {});
+    }
+    drop(t);
+    (PEAK.load(Relaxed) - before) as u64
+}
+
+#[test]
+fn estimate_is_within_15_percent_of_measured_peaks() {
+    let cases: &[&[&str]] = &[
+        &[],
+        &["model.batch_norm=\"lean\""],
+        &["model.aux_head=true"],
+        &["model.separable=true"],
+        &["model.attention_heads=4"],
+        &["model.identity=[\"decoder\"]"],
+        &["model.identity=[\"decoder.project\", \"decoder.fuse.1\"]"],
+        &["model.backbone=\"resnet50\"", "model.batch_norm=\"lean\"", "model.aux_head=true"],
+        &["train.phase=\"forward\""],
+        &["train.optimizer=\"adamw\"", "model.attention_heads=2"],
+        &["model.identity=[\"aspp.pool\", \"backbone.layer4.1\"]"],
+    ];
+    let base = Config::from_toml_str(BASE).unwrap();
+    let mut worst = 0.0f64;
+    let mut report = String::new();
+    for sets in cases {
+        let c = base.with_overrides(sets).unwrap();
+        let arch = Architecture::new(&c).unwrap();
+        let peak = arch.memory_estimate(&c).peak;
+        let est = peak.total();
+        let got = measured(&c);
+        let ratio = est as f64 / got as f64;
+        worst = worst.max((ratio - 1.0).abs());
+        report.push_str(&format!(
+            "{:>10} est {:>10} measured  {ratio:.3}  activations {:.0}%  {sets:?}\n",
+            est,
+            got,
+            100.0 * peak.activations as f64 / est as f64
+        ));
+    }
+    eprintln!("{report}");
+    assert!(worst <= 0.15, "estimate off by {:.0}%:\n{report}", worst * 100.0);
+}

@@ -679,3 +679,161 @@ fn quickstart_bisect_on_cpu_boundaries_hold() {
         text(&o)
     );
 }
+
+/// (pid, parent pid, process group) of every process, from /proc.
+fn process_table() -> Vec<(i32, i32, i32)> {
+    let mut out = vec![];
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid pgrp …`: comm may hold spaces, so split after its parenthesis.
+        let Some((head, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        let pid = head.split(' ').next().and_then(|p| p.parse().ok());
+        let f: Vec<&str> = rest.split(' ').collect();
+        if let (Some(pid), Some(ppid), Some(pgrp)) = (pid, f.get(1), f.get(2)) {
+            if let (Ok(ppid), Ok(pgrp)) = (ppid.parse(), pgrp.parse()) {
+                out.push((pid, ppid, pgrp));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_killed_parent_leaves_no_trial_behind() {
+    for signal in [libc::SIGKILL, libc::SIGHUP] {
+        let d = tmp(&format!("orphan-{signal}"));
+        let cfg = write(&d, "c.toml", TINY);
+        let mut parent = Command::new(BIN)
+            .args([
+                "trial",
+                "--config",
+                cfg.to_str().unwrap(),
+                "--backend",
+                "cpu",
+            ])
+            .args(["--fault", "sleep", "--trial-timeout", "300"])
+            .current_dir(&d)
+            .env("OOM_BISECT_KERNEL_CACHE", "")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let ppid = parent.id() as i32;
+        // The trial, and its own child (the fault's `sleep`), in the trial's process group.
+        let t0 = Instant::now();
+        let group = loop {
+            let table = process_table();
+            let trial = table.iter().find(|p| p.1 == ppid).map(|p| p.0);
+            if let Some(g) = trial.filter(|g| table.iter().filter(|p| p.2 == *g).count() >= 2) {
+                break g;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(120), "no trial started");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        // SAFETY: signals our own child process.
+        unsafe { libc::kill(ppid, signal) };
+        let _ = parent.wait();
+        let t0 = Instant::now();
+        while process_table().iter().any(|p| p.2 == group) && t0.elapsed() < Duration::from_secs(10)
+        {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let left: Vec<_> = process_table()
+            .into_iter()
+            .filter(|p| p.2 == group)
+            .collect();
+        assert!(
+            left.is_empty(),
+            "signal {signal}: the trial's group outlived its parent: {left:?}"
+        );
+    }
+}
+
+#[test]
+fn a_changed_switch_measures_again() {
+    let d = tmp("switch");
+    let cfg = root().join("configs/quickstart.toml");
+    let journal = d.join("j");
+    let bisect = |fusion: &str| {
+        Command::new(BIN)
+            .args(["bisect", "--config", cfg.to_str().unwrap(), "--fake-trials"])
+            .args(["--axes", "batch", "--journal", journal.to_str().unwrap()])
+            .current_dir(&d)
+            .env("OOM_BISECT_KERNEL_CACHE", "")
+            .env("OOM_BISECT_FUSION", fusion)
+            .output()
+            .unwrap()
+    };
+    let first = bisect("on");
+    assert_eq!(code(&first), 0, "{}", text(&first));
+    assert!(!text(&first).contains("resuming"), "{}", text(&first));
+    // Another kernel setting: another experiment, measured afresh.
+    let other = bisect("off");
+    assert_eq!(code(&other), 0, "{}", text(&other));
+    assert!(!text(&other).contains("resuming"), "{}", text(&other));
+    // The same setting again: answered from the journal.
+    let again = bisect("on");
+    assert!(text(&again).contains("resuming"), "{}", text(&again));
+    // A value no trial accepts is refused before any trial, naming the variable.
+    let bad = bisect("sideways");
+    assert_eq!(code(&bad), 2, "{}", text(&bad));
+    assert!(text(&bad).contains("OOM_BISECT_FUSION"), "{}", text(&bad));
+}
+
+/// The one `*.jsonl` file in `dir`.
+fn journal_file(dir: &Path) -> PathBuf {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .expect("a journal")
+}
+
+#[test]
+fn a_cut_journal_line_loses_no_record_and_a_held_journal_is_refused() {
+    let d = tmp("cutline");
+    let cfg = root().join("configs/quickstart.toml");
+    let journal = d.join("j");
+    let bisect = || {
+        Command::new(BIN)
+            .args(["bisect", "--config", cfg.to_str().unwrap(), "--fake-trials"])
+            .args(["--axes", "batch", "--journal", journal.to_str().unwrap()])
+            .current_dir(&d)
+            .env("OOM_BISECT_KERNEL_CACHE", "")
+            .output()
+            .unwrap()
+    };
+    let first = bisect();
+    assert_eq!(code(&first), 0, "{}", text(&first));
+    let file = journal_file(&journal);
+    let records = std::fs::read_to_string(&file).unwrap().lines().count();
+    // A crash mid-write leaves a line without its end.
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&file)
+        .unwrap();
+    std::io::Write::write_all(&mut f, b"{\"key\": \"cut sho").unwrap();
+    drop(f);
+    let second = bisect();
+    let t = text(&second);
+    assert!(t.contains("1 lines of") && t.contains("skipped"), "{t}");
+    assert!(t.contains(&format!("resuming: {records} trials")), "{t}");
+    // Nothing was measured again, so nothing new was appended; the cut line was ended.
+    let body = std::fs::read_to_string(&file).unwrap();
+    assert!(body.ends_with('\n'), "the cut line is terminated");
+    // A run holding the journal: a second one is refused with the reason.
+    let held = std::fs::File::open(&file).unwrap();
+    // SAFETY: flock on a descriptor this test owns.
+    assert_eq!(
+        unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&held), libc::LOCK_EX) },
+        0
+    );
+    let refused = bisect();
+    assert_eq!(code(&refused), 14, "{}", text(&refused));
+    assert!(text(&refused).contains("another oom-bisect is using the journal"));
+}

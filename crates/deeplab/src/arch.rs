@@ -191,7 +191,8 @@ fn backbone(
         for (k, spec) in layer.iter().enumerate() {
             let id = block(i, k);
             modules.push(if k == 0 {
-                let why = "the first block of a layer changes channels or stride; swap a later block";
+                let why =
+                    "the first block of a layer changes channels or stride; swap a later block";
                 unswappable(id.clone(), kind, why)
             } else {
                 swappable(id.clone(), kind)
@@ -217,10 +218,7 @@ fn aspp_modules() -> Vec<ModuleInfo> {
         };
         modules.push(swappable(*id, kind));
     }
-    modules.push(swappable(
-        ASPP_POOL,
-        "image pooling + Conv 1×1 + BN + ReLU",
-    ));
+    modules.push(swappable(ASPP_POOL, "image pooling + Conv 1×1 + BN + ReLU"));
     modules.push(unswappable(
         ASPP_PROJECT,
         "Conv 1×1 + BN + ReLU + Dropout",

@@ -93,11 +93,7 @@ impl Architecture {
     pub fn memory_estimate(&self, config: &Config) -> MemoryEstimate {
         let e = dtype_bytes(config.train.precision);
         let all = layers(self);
-        let run: Vec<Layer> = all
-            .iter()
-            .filter(|l| self.runs(l.stage))
-            .cloned()
-            .collect();
+        let run: Vec<Layer> = all.iter().filter(|l| self.runs(l.stage)).cloned().collect();
         let params: u64 = all.iter().map(|l| l.params).sum();
         let stages = self
             .stages
@@ -106,7 +102,11 @@ impl Architecture {
             .map(|(i, s)| StageEstimate {
                 id: s.id.clone(),
                 shape: s.shape,
-                saved_bytes: e * run.iter().filter(|l| l.stage == i).map(|l| l.saved).sum::<u64>(),
+                saved_bytes: e * run
+                    .iter()
+                    .filter(|l| l.stage == i)
+                    .map(|l| l.saved)
+                    .sum::<u64>(),
                 runs: self.runs(i),
             })
             .collect();
@@ -244,7 +244,14 @@ impl Walk<'_> {
     }
 
     /// conv (keeps `input` unless `shared`) → BatchNorm → ReLU, `cout` channels at `px` pixels.
-    fn conv_bn_relu(&mut self, at: (usize, &str), conv_params: u64, input: u64, cout: u64, px: u64) {
+    fn conv_bn_relu(
+        &mut self,
+        at: (usize, &str),
+        conv_params: u64,
+        input: u64,
+        cout: u64,
+        px: u64,
+    ) {
         let out = cout * px;
         let saved = input + self.bn * out + out;
         self.push(at.0, at.1, saved, out, conv_params + 2 * cout);
@@ -286,13 +293,17 @@ impl Walk<'_> {
         let (cin, p) = (spec.inplanes as u64, spec.planes as u64);
         let cout = p * e;
         let bn = self.bn;
-        let conv_bn_relu = |cin: u64, c: u64, px_i: u64, px_o: u64| cin * px_i + (bn + 1) * c * px_o;
+        let conv_bn_relu =
+            |cin: u64, c: u64, px_i: u64, px_o: u64| cin * px_i + (bn + 1) * c * px_o;
         let (mut saved, mut params) = if e == 4 {
             let a = conv_bn_relu(cin, p, px_in, px_in);
             let b = conv_bn_relu(0, p, 0, px_out) + p * px_in;
             // conv3 keeps the second ReLU's output; BN; the ReLU after the sum keeps its input.
             let c = p * px_out + bn * cout * px_out + cout * px_out;
-            (a + b + c, cin * p + 9 * p * p + p * cout + 2 * (2 * p + cout))
+            (
+                a + b + c,
+                cin * p + 9 * p * p + p * cout + 2 * (2 * p + cout),
+            )
         } else {
             let a = conv_bn_relu(cin, p, px_in, px_out);
             let b = p * px_out + bn * p * px_out + p * px_out;
@@ -338,7 +349,11 @@ impl Walk<'_> {
     fn push_loss(&mut self, s: usize, module: &str, k: u64, from: [usize; 2], to: [usize; 2]) {
         let b = self.arch.batch as u64;
         let (fh, fw, th, tw) = (from[0] as u64, from[1] as u64, to[0] as u64, to[1] as u64);
-        let resized = if from == to { 0 } else { b * k * (fh * fw + fh * tw) };
+        let resized = if from == to {
+            0
+        } else {
+            b * k * (fh * fw + fh * tw)
+        };
         let full = b * k * th * tw;
         self.push(s, module, resized + full, full, 0);
     }
@@ -447,4 +462,3 @@ impl Walk<'_> {
         self.push_loss(s, ids::CLASSIFIER, k, from, to);
     }
 }
-

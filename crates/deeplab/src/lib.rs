@@ -10,10 +10,10 @@ pub mod model;
 pub mod train;
 
 pub use arch::{ids, Architecture, ModuleInfo, StageInfo};
-pub use estimate::{dtype_bytes, Breakdown, MemoryEstimate, StageEstimate};
 pub use config::{
     Backbone, Config, ConfigError, DataConfig, DeviceConfig, LossResolution, ModelConfig,
     Optimizer, Phase, Precision, TrainConfig,
 };
+pub use estimate::{dtype_bytes, Breakdown, MemoryEstimate, StageEstimate};
 pub use model::DeepLabV3Plus;
 pub use train::{Point, StepResult, Trainer};

@@ -162,7 +162,9 @@ impl<B: Backend> Aspp<B> {
         Aspp {
             branch0: on(branch0).then(pointwise),
             atrous: (0..3)
-                .map(|i| on(atrous[i]).then(|| Conv3x3::new([high, c], rates[i], m.separable, device)))
+                .map(|i| {
+                    on(atrous[i]).then(|| Conv3x3::new([high, c], rates[i], m.separable, device))
+                })
                 .collect(),
             pool: on(ids::ASPP_POOL).then(pointwise),
             project: ConvBnRelu::new(conv([kept * c, c], 1, 1, 1, 1), device),
@@ -460,7 +462,9 @@ impl<B: burn::tensor::backend::AutodiffBackend> DeepLabV3Plus<B> {
         }
         if let Some(i) = ids::ASPP_BRANCHES.iter().position(|b| *b == id) {
             let b = match i {
-                0 => aspp.and_then(|a| a.branch0.as_ref()).map(|b| b as &dyn ModuleParams<B>),
+                0 => aspp
+                    .and_then(|a| a.branch0.as_ref())
+                    .map(|b| b as &dyn ModuleParams<B>),
                 _ => aspp.and_then(|a| a.atrous[i - 1].as_ref()).map(|b| b as _),
             };
             return count(b);

@@ -70,7 +70,11 @@ fn estimate_is_within_15_percent_of_measured_peaks() {
         &["model.attention_heads=4"],
         &["model.identity=[\"decoder\"]"],
         &["model.identity=[\"decoder.project\", \"decoder.fuse.1\"]"],
-        &["model.backbone=\"resnet50\"", "model.batch_norm=\"lean\"", "model.aux_head=true"],
+        &[
+            "model.backbone=\"resnet50\"",
+            "model.batch_norm=\"lean\"",
+            "model.aux_head=true",
+        ],
         &["train.phase=\"forward\""],
         &["train.optimizer=\"adamw\"", "model.attention_heads=2"],
         &["model.identity=[\"aspp.pool\", \"backbone.layer4.1\"]"],
@@ -94,5 +98,9 @@ fn estimate_is_within_15_percent_of_measured_peaks() {
         ));
     }
     eprintln!("{report}");
-    assert!(worst <= 0.15, "estimate off by {:.0}%:\n{report}", worst * 100.0);
+    assert!(
+        worst <= 0.15,
+        "estimate off by {:.0}%:\n{report}",
+        worst * 100.0
+    );
 }

@@ -222,17 +222,30 @@ fn invalid_modules_and_stages_are_refused_with_the_key() {
 /// The estimate's exact parameter count is the built model's, for every single swap and option.
 #[test]
 fn estimated_parameters_are_the_built_models() {
-    let base = small(&["model.attention_heads=2", "model.aux_head=true", "model.output_stride=8"]);
+    let base = small(&[
+        "model.attention_heads=2",
+        "model.aux_head=true",
+        "model.output_stride=8",
+    ]);
     let device = Default::default();
     let count = |c: &Config| {
         let arch = Architecture::new(c).unwrap();
-        let built = deeplab::model::trainable_params(&DeepLabV3Plus::<B>::new(arch.clone(), &device));
+        let built =
+            deeplab::model::trainable_params(&DeepLabV3Plus::<B>::new(arch.clone(), &device));
         assert_eq!(arch.params(), built as u64, "{c:?}");
     };
-    for opt in ["model.separable=true", "model.backbone=\"resnet50\"", "model.output_stride=16"] {
+    for opt in [
+        "model.separable=true",
+        "model.backbone=\"resnet50\"",
+        "model.output_stride=16",
+    ] {
         count(&base.with_overrides(&[opt]).unwrap());
     }
     for id in Architecture::new(&base).unwrap().swappable_ids() {
-        count(&base.with_overrides(&[format!("model.identity=[\"{id}\"]")]).unwrap());
+        count(
+            &base
+                .with_overrides(&[format!("model.identity=[\"{id}\"]")])
+                .unwrap(),
+        );
     }
 }

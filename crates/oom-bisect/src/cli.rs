@@ -32,8 +32,20 @@ pub enum Command {
     /// Time a diagnosis: trials per axis, per-trial overhead against the training steps
     Bench(BenchArgs),
     /// The child side of a trial (internal: the binary re-runs itself)
-    #[command(name = "__trial", hide = true)]
+    #[command(name = oom_trial::SUBCOMMAND, hide = true)]
     ChildTrial,
+}
+
+impl Command {
+    /// `--gpu help`: the table of known cards, whatever else was given.
+    pub fn gpu_help(&self) -> bool {
+        let device = match self {
+            Command::Bisect(a) | Command::Bench(BenchArgs { bisect: a }) => &a.device,
+            Command::Trial(a) => &a.device,
+            Command::Inspect(_) | Command::ChildTrial => return false,
+        };
+        device.gpu.as_deref() == Some("help")
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -143,8 +155,16 @@ pub struct TrialArgs {
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// Internal: inject a fault into the child (tests)
-    #[arg(long, hide = true, value_name = "FAULT")]
-    pub fault: Option<String>,
+    #[arg(long, hide = true, value_enum, value_name = "FAULT")]
+    pub fault: Option<FaultArg>,
+}
+
+/// Deliberate faults for tests of the classification.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FaultArg {
+    Sleep,
+    BrokenModule,
+    DeviceThreadOom,
 }
 
 #[derive(Debug, Args)]

@@ -26,7 +26,9 @@ pub const INCONCLUSIVE_ORIGINAL: i32 = 15;
 /// `trial`: the trial failed for a reason other than memory, or timed out.
 pub const INCONCLUSIVE: i32 = 125;
 /// Interrupted (Ctrl-C); what was measured is in the journal.
-pub const INTERRUPTED: i32 = 130;
+// Exited with by the signal handler in `oom_trial::runner`; listed here with every other code.
+#[allow(dead_code)]
+pub const INTERRUPTED: i32 = oom_trial::runner::INTERRUPTED;
 
 /// The table printed in `--help`.
 pub const HELP: &str = "\

@@ -1,15 +1,21 @@
 //! The journal: every finished trial appended as one JSON line the moment it is known, so an
 //! interrupted search loses nothing and the same command run again resumes from it. Results are keyed
-//! by the canonical config, the attempt number, the backend and the ceiling: a different ceiling or
-//! backend is a different experiment.
+//! by the candidate's canonical config and attempt number within an experiment (`experiment.rs`:
+//! everything else that changes a measurement). Only conclusive results are replayed: a timeout or
+//! an error (a transient failure, a too-short `--trial-timeout`) is measured again on resume.
+//!
+//! One run at a time: the file is locked (`flock`) while a run appends to it. A line cut short by a
+//! crash or a full disk is terminated before the next record is appended, so it cannot swallow it.
 
+use crate::exit_codes::{self as code, user};
 use anyhow::Result;
 use oom_search::Candidate;
-use oom_trial::TrialReport;
+use oom_trial::{TrialOutcome, TrialReport};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
 use std::path::Path;
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -25,29 +31,32 @@ pub struct Journal {
     file: Option<File>,
     experiment: String,
     known: HashMap<(String, u32), TrialReport>,
+    /// Lines that were not journal records (cut short, or not ours), skipped when loading.
+    pub skipped: usize,
 }
 
 impl Journal {
-    /// Opens (creating) `path`; earlier entries of the same `experiment` are loaded unless `fresh`.
+    /// Opens (creating) `path`, locked for this run; earlier entries of the same `experiment` are
+    /// loaded unless `fresh`.
     pub fn open(path: &Path, experiment: &str, fresh: bool) -> Result<Journal> {
-        let mut known = HashMap::new();
-        if !fresh {
-            if let Ok(f) = File::open(path) {
-                for line in BufReader::new(f).lines().map_while(|l| l.ok()) {
-                    // A line cut short by a crash is skipped, not fatal.
-                    if let Ok(e) = serde_json::from_str::<Entry>(&line) {
-                        if e.experiment == experiment {
-                            known.insert((e.key, e.attempt), e.report);
-                        }
-                    }
-                }
-            }
-        }
-        let file = crate::settings::open_append(path)?;
+        let mut file = crate::files::open_append(path)?;
+        lock(&file, path)?;
+        terminate_last_line(&mut file).map_err(|e| {
+            user(
+                code::UNWRITABLE,
+                format!("cannot write {}: {e}", path.display()),
+            )
+        })?;
+        let (known, skipped) = if fresh {
+            (HashMap::new(), 0)
+        } else {
+            load(path, experiment)
+        };
         Ok(Journal {
             file: Some(file),
             experiment: experiment.to_string(),
             known,
+            skipped,
         })
     }
 
@@ -56,8 +65,10 @@ impl Journal {
         self.known.len()
     }
 
+    /// A conclusive earlier result of this candidate and attempt.
     pub fn lookup(&self, key: &str, attempt: u32) -> Option<TrialReport> {
-        self.known.get(&(key.to_string(), attempt)).cloned()
+        let r = self.known.get(&(key.to_string(), attempt))?;
+        matches!(r.outcome, TrialOutcome::Fits | TrialOutcome::Oom).then(|| r.clone())
     }
 
     pub fn append(&mut self, key: &str, attempt: u32, candidate: &Candidate, report: &TrialReport) {
@@ -77,4 +88,59 @@ impl Journal {
             eprintln!("oom-bisect: warning: could not append to the journal: {err}");
         }
     }
+}
+
+/// Refuses a journal another run is appending to (both would run every trial).
+fn lock(file: &File, path: &Path) -> Result<()> {
+    // SAFETY: flock on a descriptor we own; the lock lives as long as the file stays open.
+    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r == 0 {
+        return Ok(());
+    }
+    Err(user(
+        code::UNWRITABLE,
+        format!(
+            "another oom-bisect is using the journal {}; wait for it to finish, or give this run \
+             another --journal directory",
+            path.display()
+        ),
+    ))
+}
+
+/// Ends a last line that a crash or a full disk cut short, so that the next record starts a line.
+fn terminate_last_line(file: &mut File) -> std::io::Result<()> {
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(());
+    }
+    let mut last = [0u8];
+    let mut reader = file.try_clone()?;
+    reader.seek(SeekFrom::Start(len - 1))?;
+    reader.read_exact(&mut last)?;
+    if last[0] != b'\n' {
+        file.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+/// The records of `experiment` in the file, and how many lines were not records at all.
+fn load(path: &Path, experiment: &str) -> (HashMap<(String, u32), TrialReport>, usize) {
+    let mut known = HashMap::new();
+    let mut skipped = 0;
+    let Ok(f) = File::open(path) else {
+        return (known, 0);
+    };
+    for line in BufReader::new(f).lines().map_while(|l| l.ok()) {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Entry>(&line) {
+            Ok(e) if e.experiment == experiment => {
+                known.insert((e.key, e.attempt), e.report);
+            }
+            Ok(_) => {}
+            Err(_) => skipped += 1,
+        }
+    }
+    (known, skipped)
 }

@@ -1,15 +1,14 @@
 //! oom-bisect: parse, resolve, dispatch, and map the result to an exit code. Nothing else.
 
-mod cache;
 mod cli;
 mod commands;
-mod estimate;
 mod exit_codes;
+mod experiment;
+mod files;
 mod gpus;
 mod journal;
-mod progress;
-mod report;
-mod runner;
+mod oracle;
+mod output;
 mod settings;
 mod space;
 
@@ -23,43 +22,38 @@ static ALLOC: oom_trial::alloc::CountingAlloc = oom_trial::alloc::CountingAlloc;
 
 fn main() {
     let cli = Cli::parse();
+    if let Command::ChildTrial = cli.command {
+        std::process::exit(child_trial());
+    }
+    if cli.command.gpu_help() {
+        print!("{}", gpus::table());
+        std::process::exit(exit_codes::SUCCESS);
+    }
+    oom_trial::install_interrupt_handler();
     let result = match &cli.command {
-        Command::ChildTrial => {
-            let mut request = String::new();
-            let code = match std::io::Read::read_to_string(&mut std::io::stdin(), &mut request) {
-                Ok(_) => oom_trial::child::main(&request),
-                Err(e) => {
-                    eprintln!("oom-bisect __trial: cannot read the request: {e}");
-                    oom_trial::report::exit::INCONCLUSIVE
-                }
-            };
-            std::process::exit(code);
-        }
-        Command::Bisect(a) | Command::Bench(cli::BenchArgs { bisect: a })
-            if a.device.gpu.as_deref() == Some("help") =>
-        {
-            print!("{}", gpus::table());
-            Ok(exit_codes::SUCCESS)
-        }
-        Command::Trial(a) if a.device.gpu.as_deref() == Some("help") => {
-            print!("{}", gpus::table());
-            Ok(exit_codes::SUCCESS)
-        }
-        Command::Bisect(a) => {
-            runner::install_interrupt_handler();
-            commands::bisect(a)
-        }
-        Command::Trial(a) => {
-            runner::install_interrupt_handler();
-            commands::trial(a)
-        }
+        Command::Bisect(a) => commands::bisect(a),
+        Command::Trial(a) => commands::trial(a),
         Command::Inspect(a) => commands::inspect(a),
-        Command::Bench(a) => {
-            runner::install_interrupt_handler();
-            commands::bench(a)
-        }
+        Command::Bench(a) => commands::bench(a),
+        Command::ChildTrial => unreachable!("handled above"),
     };
-    let code = match result {
+    std::process::exit(exit_code(result));
+}
+
+/// The child side of a trial: the request on stdin, the trial, its exit code.
+fn child_trial() -> i32 {
+    let mut request = String::new();
+    match std::io::Read::read_to_string(&mut std::io::stdin(), &mut request) {
+        Ok(_) => oom_trial::child::main(&request),
+        Err(e) => {
+            eprintln!("oom-bisect __trial: cannot read the request: {e}");
+            oom_trial::protocol::exit::INCONCLUSIVE
+        }
+    }
+}
+
+fn exit_code(result: anyhow::Result<i32>) -> i32 {
+    match result {
         Ok(code) => code,
         Err(e) => match e.downcast_ref::<UserError>() {
             Some(u) => {
@@ -71,6 +65,5 @@ fn main() {
                 exit_codes::INTERNAL
             }
         },
-    };
-    std::process::exit(code);
+    }
 }

@@ -1,13 +1,15 @@
 //! Settings: what the program runs on, resolved from the arguments and the config file in exactly one
-//! place. Flags override the file; every problem becomes a `UserError` with its exit code.
+//! place and passed down. Flags override the file; every problem becomes a `UserError` with its exit
+//! code. Nothing here prints: what a user should hear is returned as notes.
 
-use crate::cli::{BackendArg, ConfigArgs, DeviceArgs};
+use crate::cli::{BackendArg, BisectArgs, ConfigArgs, DeviceArgs, Step};
 use crate::exit_codes::{self as code, user};
 use crate::gpus;
 use anyhow::Result;
 use deeplab::{Architecture, Config};
-use oom_trial::{fmt_bytes, parse_size, BackendKind, Ceiling};
-use std::path::{Path, PathBuf};
+use oom_search::{Budget, SearchOptions};
+use oom_trial::{fmt_bytes, parse_size, BackendKind, Ceiling, Engine, Switches};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// A workload read from its file, overrides applied and validated.
@@ -15,6 +17,39 @@ use std::time::Duration;
 pub struct Workload {
     pub path: PathBuf,
     pub config: Config,
+}
+
+impl Workload {
+    pub fn load(args: &ConfigArgs) -> Result<Workload> {
+        let path = args.config.clone();
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            user(
+                code::CONFIG_UNREADABLE,
+                format!("cannot read config {}: {e}", path.display()),
+            )
+        })?;
+        let invalid = |e: deeplab::ConfigError, with: &str| {
+            user(
+                code::CONFIG_INVALID,
+                format!("{}{with}: {e}", path.display()),
+            )
+        };
+        let base = Config::from_toml_str(&text).map_err(|e| invalid(e, ""))?;
+        let config = base
+            .with_overrides(&args.sets)
+            .map_err(|e| invalid(e, " (with --set)"))?;
+        // Module ids and stages depend on the architecture; check them now, not in the first trial.
+        Architecture::new(&config).map_err(|e| invalid(e, ""))?;
+        Ok(Workload { path, config })
+    }
+
+    /// The file's stem, for output names.
+    pub fn stem(&self) -> String {
+        self.path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "config".into())
+    }
 }
 
 /// The device side of a run.
@@ -29,196 +64,31 @@ pub struct DeviceSettings {
     pub ceiling_arg: Option<String>,
     pub device_name: Option<String>,
     pub trial_timeout: Duration,
-    pub fake: bool,
-}
-
-impl Workload {
-    pub fn load(args: &ConfigArgs) -> Result<Workload> {
-        let path = args.config.clone();
-        let text = std::fs::read_to_string(&path).map_err(|e| {
-            user(
-                code::CONFIG_UNREADABLE,
-                format!("cannot read config {}: {e}", path.display()),
-            )
-        })?;
-        let base = Config::from_toml_str(&text)
-            .map_err(|e| user(code::CONFIG_INVALID, format!("{}: {e}", path.display())))?;
-        let config = base.with_overrides(&args.sets).map_err(|e| {
-            user(
-                code::CONFIG_INVALID,
-                format!("{} (with --set): {e}", path.display()),
-            )
-        })?;
-        // Module ids and stages depend on the architecture; check them now, not in the first trial.
-        Architecture::new(&config)
-            .map_err(|e| user(code::CONFIG_INVALID, format!("{}: {e}", path.display())))?;
-        Ok(Workload { path, config })
-    }
-
-    /// The file's stem, for output names.
-    pub fn stem(&self) -> String {
-        self.path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "config".into())
-    }
+    /// What answers trials: training, or the estimate (`--fake-trials`, for tests).
+    pub engine: Engine,
+    /// Environment switches that change kernels or memory.
+    pub switches: Switches,
+    /// What the user should hear about how this was resolved (a fallback to the CPU, no ceiling).
+    pub notes: Vec<String>,
 }
 
 impl DeviceSettings {
-    pub fn resolve(args: &DeviceArgs, config: &Config, quiet: bool) -> Result<DeviceSettings> {
-        let file = &config.device;
-        let backend = match args.backend {
-            Some(BackendArg::Cuda) => Some(BackendKind::Cuda),
-            Some(BackendArg::Cpu) => Some(BackendKind::Cpu),
-            None => match file.backend.as_deref() {
-                Some("cuda") => Some(BackendKind::Cuda),
-                Some("cpu") => Some(BackendKind::Cpu),
-                _ => None,
-            },
+    pub fn resolve(args: &DeviceArgs, config: &Config) -> Result<DeviceSettings> {
+        let engine = if args.fake_trials {
+            Engine::Estimate
+        } else {
+            Engine::Train
         };
-        let (backend, device_name) = match backend {
-            _ if args.fake_trials => (
-                backend.unwrap_or(BackendKind::Cpu),
-                Some("fake (analytic estimate)".to_string()),
-            ),
-            Some(BackendKind::Cuda) => match oom_trial::cuda_device() {
-                Ok(name) => (BackendKind::Cuda, Some(name)),
-                Err(e) => {
-                    return Err(user(
-                        code::NO_DEVICE,
-                        format!(
-                        "no CUDA device available ({e}); run on the CPU backend with --backend cpu"
-                    ),
-                    ))
-                }
-            },
-            Some(BackendKind::Cpu) => (BackendKind::Cpu, None),
-            None => match oom_trial::cuda_device() {
-                Ok(name) => (BackendKind::Cuda, Some(name)),
-                Err(e) => {
-                    if !quiet {
-                        eprintln!("oom-bisect: no CUDA device ({e}); using the CPU backend");
-                    }
-                    (BackendKind::Cpu, None)
-                }
-            },
-        };
-
-        // Flags override the file; the flags are mutually exclusive (clap), the file's keys too.
-        let given: Vec<(&str, String)> = [
-            ("--memory-limit", args.memory_limit.clone()),
-            (
-                "--memory-fraction",
-                args.memory_fraction.map(|f| f.to_string()),
-            ),
-            ("--gpu", args.gpu.clone()),
-        ]
-        .into_iter()
-        .filter_map(|(k, v)| v.map(|v| (k, v)))
-        .collect();
-        let from_file: Vec<(&str, String)> = [
-            ("device.memory_limit", file.memory_limit.clone()),
-            (
-                "device.memory_fraction",
-                file.memory_fraction.map(|f| f.to_string()),
-            ),
-            ("device.gpu", file.gpu.clone()),
-        ]
-        .into_iter()
-        .filter_map(|(k, v)| v.map(|v| (k, v)))
-        .collect();
-        if given.is_empty() && from_file.len() > 1 {
-            return Err(user(
-                code::CONFIG_INVALID,
-                format!(
-                    "the config sets {} at once; set only one ceiling",
-                    from_file
-                        .iter()
-                        .map(|(k, _)| *k)
-                        .collect::<Vec<_>>()
-                        .join(" and ")
-                ),
-            ));
-        }
-        let chosen = given.first().or(from_file.first()).cloned();
-        let (ceiling, ceiling_arg) = match chosen {
-            None => (Ceiling::None, None),
-            Some((k, v)) if k.ends_with("memory_limit") || k.ends_with("memory-limit") => {
-                let b = parse_size(&v).map_err(|e| user(code::BAD_CEILING, format!("{k}: {e}")))?;
-                (Ceiling::Bytes(b), Some(format!("--memory-limit {v}")))
-            }
-            Some((k, v)) if k.ends_with("fraction") => {
-                let f: f64 = v.parse().unwrap_or(f64::NAN);
-                if !(f > 0.0 && f <= 1.0) {
-                    return Err(user(
-                        code::BAD_CEILING,
-                        format!("{k}: {v} is not in (0, 1]"),
-                    ));
-                }
-                (Ceiling::Fraction(f), Some(format!("--memory-fraction {v}")))
-            }
-            Some((k, v)) => {
-                let (b, _) = gpus::lookup(&v).ok_or_else(|| {
-                    user(
-                        code::BAD_CEILING,
-                        format!("{k}: unknown card `{v}`\n{}", gpus::table()),
-                    )
-                })?;
-                (Ceiling::Bytes(b), Some(format!("--gpu {v}")))
-            }
-        };
-
-        let mut ceiling_bytes = match ceiling {
-            Ceiling::Bytes(b) => Some(b),
-            _ => None,
-        };
-        if backend == BackendKind::Cuda && !args.fake_trials {
-            let total = oom_trial::cuda_total_bytes().map_err(|e| {
-                user(
-                    code::NO_DEVICE,
-                    format!("cannot read the device's memory: {e}"),
-                )
-            })?;
-            match ceiling {
-                Ceiling::Bytes(b) if b > total => {
-                    return Err(user(
-                        code::BAD_CEILING,
-                        format!(
-                            "the ceiling {} is larger than the device ({}, {}); choose at most {}",
-                            fmt_bytes(b),
-                            device_name.as_deref().unwrap_or("CUDA device 0"),
-                            fmt_bytes(total),
-                            fmt_bytes(total)
-                        ),
-                    ))
-                }
-                Ceiling::Fraction(f) => ceiling_bytes = Some((total as f64 * f) as u64),
-                Ceiling::None => ceiling_bytes = Some(total),
-                _ => {}
-            }
-        }
-        if backend == BackendKind::Cpu && !args.fake_trials {
-            let host = oom_trial::host_total();
-            if let Ceiling::Bytes(b) = ceiling {
-                if b > host {
-                    return Err(user(
-                        code::BAD_CEILING,
-                        format!(
-                            "the ceiling {} is larger than this host's memory ({}); the CPU backend's ceiling must fit in RAM",
-                            fmt_bytes(b),
-                            fmt_bytes(host)
-                        ),
-                    ));
-                }
-            }
-            if let Ceiling::Fraction(f) = ceiling {
-                ceiling_bytes = Some((host as f64 * f) as u64);
-            }
-        }
-        if backend == BackendKind::Cpu && ceiling == Ceiling::None && !quiet {
-            eprintln!(
-                "oom-bisect: no memory ceiling given; the CPU backend will use all host memory \
+        let switches = Switches::from_env().map_err(|e| user(code::USAGE, e))?;
+        let mut notes = vec![];
+        let (backend, device_name) = resolve_backend(args, config, engine, &mut notes)?;
+        let (ceiling, ceiling_arg) = choose_ceiling(args, config)?;
+        let ceiling_bytes = check_ceiling(ceiling, backend, engine, device_name.as_deref())?;
+        if backend == BackendKind::Cpu && ceiling == Ceiling::None {
+            notes.push(
+                "no memory ceiling given; the CPU backend will use all host memory \
                  (give one with --memory-limit, e.g. --memory-limit 2GiB)"
+                    .into(),
             );
         }
         Ok(DeviceSettings {
@@ -228,7 +98,9 @@ impl DeviceSettings {
             ceiling_arg,
             device_name,
             trial_timeout: Duration::from_secs(args.trial_timeout.max(1)),
-            fake: args.fake_trials,
+            engine,
+            switches,
+            notes,
         })
     }
 
@@ -239,42 +111,211 @@ impl DeviceSettings {
             s.push(' ');
             s.push_str(c);
         }
-        if self.fake {
+        if self.engine == Engine::Estimate {
             s.push_str(" --fake-trials");
         }
         s
     }
-}
 
-/// Creates the directory `path` will be written in; an error names it, with exit code 14.
-pub fn create_parent(path: &Path) -> Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| {
-            user(
-                code::UNWRITABLE,
-                format!("cannot create directory {}: {e}", dir.display()),
-            )
-        })?;
+    /// The backend as reports show it.
+    pub fn label(&self) -> String {
+        match (self.engine, self.backend, &self.device_name) {
+            (Engine::Estimate, _, _) => oom_trial::estimated::DEVICE.into(),
+            (_, BackendKind::Cuda, Some(n)) => format!("cuda ({n})"),
+            (_, BackendKind::Cpu, _) => "cpu (burn-flex)".into(),
+            (_, b, None) => b.name().into(),
+        }
     }
-    Ok(())
 }
 
-/// Opens `path` for appending, creating it and its directory; an error names it, with exit code 14.
-pub fn open_append(path: &Path) -> Result<std::fs::File> {
-    create_parent(path)?;
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(|e| {
-            user(
-                code::UNWRITABLE,
-                format!("cannot write {}: {e}", path.display()),
+/// The backend: the flag, else the file, else CUDA when a device answers (else the CPU, saying so).
+fn resolve_backend(
+    args: &DeviceArgs,
+    config: &Config,
+    engine: Engine,
+    notes: &mut Vec<String>,
+) -> Result<(BackendKind, Option<String>)> {
+    let wanted = match (args.backend, config.device.backend.as_deref()) {
+        (Some(BackendArg::Cuda), _) | (None, Some("cuda")) => Some(BackendKind::Cuda),
+        (Some(BackendArg::Cpu), _) | (None, Some("cpu")) => Some(BackendKind::Cpu),
+        _ => None,
+    };
+    if engine == Engine::Estimate {
+        // The estimate runs nowhere: no device to find.
+        return Ok((wanted.unwrap_or(BackendKind::Cpu), None));
+    }
+    match (wanted, oom_trial::cuda_device()) {
+        (Some(BackendKind::Cpu), _) => Ok((BackendKind::Cpu, None)),
+        (_, Ok(name)) => Ok((BackendKind::Cuda, Some(name))),
+        (Some(BackendKind::Cuda), Err(e)) => Err(user(
+            code::NO_DEVICE,
+            format!("no CUDA device available ({e}); run on the CPU backend with --backend cpu"),
+        )),
+        (None, Err(e)) => {
+            notes.push(format!("no CUDA device ({e}); using the CPU backend"));
+            Ok((BackendKind::Cpu, None))
+        }
+    }
+}
+
+/// Where a ceiling came from: a flag or a config key, and its text.
+struct CeilingSource {
+    key: &'static str,
+    value: String,
+}
+
+/// The ceiling the user asked for: a flag (they exclude each other) over the file's one key.
+fn choose_ceiling(args: &DeviceArgs, config: &Config) -> Result<(Ceiling, Option<String>)> {
+    let file = &config.device;
+    let src = |key, value: Option<String>| value.map(|value| CeilingSource { key, value });
+    let given: Vec<CeilingSource> = [
+        src("--memory-limit", args.memory_limit.clone()),
+        src(
+            "--memory-fraction",
+            args.memory_fraction.map(|f| f.to_string()),
+        ),
+        src("--gpu", args.gpu.clone()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let from_file: Vec<CeilingSource> = [
+        src("device.memory_limit", file.memory_limit.clone()),
+        src(
+            "device.memory_fraction",
+            file.memory_fraction.map(|f| f.to_string()),
+        ),
+        src("device.gpu", file.gpu.clone()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if given.is_empty() && from_file.len() > 1 {
+        let keys: Vec<&str> = from_file.iter().map(|s| s.key).collect();
+        return Err(user(
+            code::CONFIG_INVALID,
+            format!(
+                "the config sets {} at once; set only one ceiling",
+                keys.join(" and ")
+            ),
+        ));
+    }
+    match given.into_iter().next().or(from_file.into_iter().next()) {
+        None => Ok((Ceiling::None, None)),
+        Some(s) => parse_ceiling(&s).map(|(c, flag)| (c, Some(format!("{flag} {}", s.value)))),
+    }
+}
+
+/// One ceiling source parsed, with the flag that gives it on the command line.
+fn parse_ceiling(s: &CeilingSource) -> Result<(Ceiling, &'static str)> {
+    let bad = |m: String| user(code::BAD_CEILING, format!("{}: {m}", s.key));
+    match s.key {
+        "--memory-limit" | "device.memory_limit" => {
+            let b = parse_size(&s.value).map_err(bad)?;
+            Ok((Ceiling::Bytes(b), "--memory-limit"))
+        }
+        "--memory-fraction" | "device.memory_fraction" => match s.value.parse::<f64>() {
+            Ok(f) if f > 0.0 && f <= 1.0 => Ok((Ceiling::Fraction(f), "--memory-fraction")),
+            _ => Err(bad(format!("{} is not in (0, 1]", s.value))),
+        },
+        _ => match gpus::lookup(&s.value) {
+            Some((b, _)) => Ok((Ceiling::Bytes(b), "--gpu")),
+            None => Err(bad(format!(
+                "unknown card `{}`\n{}",
+                s.value,
+                gpus::table()
+            ))),
+        },
+    }
+}
+
+/// The ceiling in bytes where it can be known now, refusing one larger than the device or host.
+fn check_ceiling(
+    ceiling: Ceiling,
+    backend: BackendKind,
+    engine: Engine,
+    device_name: Option<&str>,
+) -> Result<Option<u64>> {
+    let (total, what) = match (engine, backend) {
+        (Engine::Estimate, _) => {
+            return Ok(match ceiling {
+                Ceiling::Bytes(b) => Some(b),
+                _ => None,
+            })
+        }
+        (_, BackendKind::Cuda) => {
+            let total = oom_trial::cuda_total_bytes().map_err(|e| {
+                user(
+                    code::NO_DEVICE,
+                    format!("cannot read the device's memory: {e}"),
+                )
+            })?;
+            (
+                total,
+                format!("the device ({})", device_name.unwrap_or("CUDA device 0")),
             )
-        })
+        }
+        (_, BackendKind::Cpu) => (oom_trial::host_total(), "this host's memory".to_string()),
+    };
+    if let Ceiling::Bytes(b) = ceiling {
+        if b > total {
+            return Err(user(
+                code::BAD_CEILING,
+                format!(
+                    "the ceiling {} is larger than {what} ({}); choose at most {}",
+                    fmt_bytes(b),
+                    fmt_bytes(total),
+                    fmt_bytes(total)
+                ),
+            ));
+        }
+    }
+    Ok(Some(ceiling.bytes(total)))
 }
 
-/// Checks that a file can be created at `path` before hours of trials are spent.
-pub fn check_writable(path: &Path) -> Result<()> {
-    open_append(path).map(drop)
+/// Everything a diagnosis runs on.
+pub struct BisectSettings {
+    pub workload: Workload,
+    pub device: DeviceSettings,
+    pub search: SearchOptions,
+    /// The steps to run (all when empty).
+    pub steps: Vec<Step>,
+    pub journal_dir: PathBuf,
+    pub json: Option<PathBuf>,
+    pub fresh: bool,
+    pub quiet: bool,
+}
+
+impl BisectSettings {
+    pub fn resolve(args: &BisectArgs) -> Result<BisectSettings> {
+        let workload = Workload::load(&args.config)?;
+        let device = DeviceSettings::resolve(&args.device, &workload.config)?;
+        let on = |s: Step| args.axes.is_empty() || args.axes.contains(&s);
+        let search = SearchOptions {
+            ceiling: device.ceiling_bytes.unwrap_or(0),
+            confirm_runs: if args.no_confirm {
+                0
+            } else {
+                args.confirm_runs
+            },
+            predict: !args.no_predict,
+            budget: Budget {
+                max_trials: args.max_trials,
+                max_time: args.max_time,
+            },
+            fixes: on(Step::Fixes),
+            modules: on(Step::Modules),
+            minimise: on(Step::Minimal),
+        };
+        Ok(BisectSettings {
+            workload,
+            device,
+            search,
+            steps: args.axes.clone(),
+            journal_dir: args.journal.clone(),
+            json: args.json.clone(),
+            fresh: args.fresh,
+            quiet: args.quiet,
+        })
+    }
 }

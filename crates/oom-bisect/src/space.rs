@@ -2,7 +2,7 @@
 //! capacity axes used when it fits, the fixes a user would try, and the module groups for ddmin.
 
 use crate::cli::Step;
-use deeplab::{Architecture, Config, LossResolution, Optimizer, Phase, Precision};
+use deeplab::{ids, Architecture, Config, LossResolution, Optimizer, Phase, Precision};
 use oom_search::{Axis, AxisValue, Fix, ModuleItem, Modules, Space};
 
 fn value(value: String, label: String, x: Option<f64>) -> AxisValue {
@@ -12,6 +12,8 @@ fn value(value: String, label: String, x: Option<f64>) -> AxisValue {
 fn batch_axis(config: &Config, upto: usize) -> Axis {
     Axis {
         name: "batch".into(),
+        noun: "batch dimension".into(),
+        fix: Some("largest batch that fits".into()),
         key: "data.batch".into(),
         values: (1..=upto)
             .map(|b| value(b.to_string(), b.to_string(), Some(b as f64)))
@@ -47,6 +49,8 @@ fn size_axis(config: &Config, max_side: usize) -> Axis {
         .expect("configured size present");
     Axis {
         name: "size".into(),
+        noun: "input size".into(),
+        fix: Some("largest input size that fits".into()),
         key: "data.size".into(),
         values: sizes
             .iter()
@@ -69,6 +73,8 @@ fn stride_axis(config: &Config) -> Axis {
         .collect();
     Axis {
         name: "stride".into(),
+        noun: "output stride".into(),
+        fix: None,
         key: "model.output_stride".into(),
         original: values.len() - 1,
         values: values
@@ -82,13 +88,15 @@ fn depth_axis(config: &Config, arch: &Architecture) -> Axis {
     let last = arch.stages.len() - 1;
     Axis {
         name: "depth".into(),
+        noun: "depth of the model".into(),
+        fix: None,
         key: "model.truncate_after".into(),
         values: arch
             .stages
             .iter()
             .enumerate()
             .map(|(i, s)| {
-                let label = s.id.trim_start_matches("backbone.").to_string();
+                let label = ids::short(&s.id).to_string();
                 let label = if i == last {
                     format!("{label} (whole model)")
                 } else {
@@ -109,6 +117,8 @@ fn depth_axis(config: &Config, arch: &Architecture) -> Axis {
 fn phase_axis(config: &Config) -> Axis {
     Axis {
         name: "phase".into(),
+        noun: "phase of the step".into(),
+        fix: None,
         key: "train.phase".into(),
         values: Phase::ALL
             .iter()
@@ -121,55 +131,17 @@ fn phase_axis(config: &Config) -> Axis {
     }
 }
 
-/// ddmin items: the later blocks of each backbone layer as one group each, and every head module.
-fn module_items(config: &Config, arch: &Architecture) -> Modules {
-    let fixed = arch.identity.clone();
-    let mut items = vec![];
-    for (i, layer) in deeplab::arch::LAYERS.iter().enumerate() {
-        let n = arch.blocks[i].len();
-        let ids: Vec<String> = (1..n)
-            .map(|k| format!("backbone.{layer}.{k}"))
-            .filter(|id| !fixed.contains(id))
-            .collect();
-        if !ids.is_empty() {
-            let label = if n == 2 {
-                format!("backbone.{layer}.1")
-            } else {
-                format!("backbone.{layer}.1-{}", n - 1)
-            };
-            items.push(ModuleItem { label, ids });
-        }
-    }
-    let mut heads = vec![
-        "aspp.branch0",
-        "aspp.branch1",
-        "aspp.branch2",
-        "aspp.branch3",
-        "aspp.pool",
-    ];
-    if config.model.attention_heads > 0 {
-        heads.push("attention");
-    }
-    if config.model.aux_head {
-        heads.push("aux_head");
-    }
-    heads.extend(["decoder.project", "decoder.fuse.0", "decoder.fuse.1"]);
-    for id in heads {
-        if !fixed.iter().any(|f| {
-            f == id
-                || (f == "aspp" && id.starts_with("aspp."))
-                || (f == "decoder" && id.starts_with("decoder."))
-        }) {
-            items.push(ModuleItem {
-                label: id.into(),
-                ids: vec![id.into()],
-            });
-        }
-    }
+/// ddmin items: the model's swap groups (later blocks of each layer together, every head module).
+fn module_items(arch: &Architecture) -> Modules {
     Modules {
         key: "model.identity".into(),
-        fixed,
-        items,
+        fixed: arch.identity.clone(),
+        items: arch
+            .swap_groups()
+            .into_iter()
+            .map(|(label, ids)| ModuleItem { label, ids })
+            .collect(),
+        unswappable: ids::UNSWAPPABLE.into(),
     }
 }
 
@@ -207,11 +179,11 @@ fn fixes(config: &Config) -> Vec<Fix> {
         format!("[{}]", list.join(", "))
     };
     let swapped = |id: &str| config.model.identity.iter().any(|i| i == id);
-    if config.model.attention_heads > 0 && !swapped("attention") {
-        add("no attention", &[("model.identity", &plus("attention"))]);
+    if config.model.attention_heads > 0 && !swapped(ids::ATTENTION) {
+        add("no attention", &[("model.identity", &plus(ids::ATTENTION))]);
     }
-    if config.model.aux_head && !swapped("aux_head") {
-        add("no aux head", &[("model.identity", &plus("aux_head"))]);
+    if config.model.aux_head && !swapped(ids::AUX_HEAD) {
+        add("no aux head", &[("model.identity", &plus(ids::AUX_HEAD))]);
     }
     if config.train.loss_resolution == LossResolution::Full {
         add(
@@ -262,14 +234,13 @@ pub fn build(config: &Config, steps: &[Step]) -> Space {
         } else {
             vec![]
         },
-        modules: if on(Step::Modules) || on(Step::Minimal) {
-            module_items(config, &arch)
-        } else {
-            Modules {
-                key: "model.identity".into(),
-                fixed: arch.identity.clone(),
-                items: vec![],
-            }
+        modules: Modules {
+            items: if on(Step::Modules) || on(Step::Minimal) {
+                module_items(&arch).items
+            } else {
+                vec![]
+            },
+            ..module_items(&arch)
         },
     }
 }

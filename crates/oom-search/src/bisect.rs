@@ -94,8 +94,8 @@ pub fn bisect_axis(
         plain_bisection: plain_bisection_trials(hi - lo + 1),
     };
     let (bottom, top) = match search.check_ends(s, lo, hi) {
-        Ok(ends) => ends,
-        Err(verdict) => return search.done(s, verdict, 0),
+        Ends::Open { bottom, top } => (bottom, top),
+        Ends::Settled(verdict) => return search.done(s, verdict, 0),
     };
     let mut predictor = Predictor::new(axis, opts);
     predictor.note_fit(&bottom);
@@ -115,6 +115,14 @@ fn plain_bisection_trials(n: usize) -> usize {
         log += 1;
     }
     log + 2
+}
+
+/// What checking both ends of an axis found.
+enum Ends {
+    /// The bottom fits and the top runs out of memory: the boundary lies between.
+    Open { bottom: Probe, top: Probe },
+    /// Nothing to search: the verdict is already known.
+    Settled(AxisVerdict),
 }
 
 /// One axis being searched: what every step needs to probe and to report.
@@ -165,12 +173,7 @@ impl Search<'_> {
 
     /// The top end must run out of memory and the bottom end fit; otherwise the verdict is settled
     /// here (all fit, not the cause, or an end that could not be measured).
-    fn check_ends(
-        &self,
-        s: &mut Session<'_>,
-        lo: usize,
-        hi: usize,
-    ) -> Result<(Probe, Probe), AxisVerdict> {
+    fn check_ends(&self, s: &mut Session<'_>, lo: usize, hi: usize) -> Ends {
         let top = self.probe(s, hi, lo, hi);
         match top.measurement.outcome {
             Outcome::Fits => {
@@ -178,13 +181,13 @@ impl Search<'_> {
                     "{} {} fits: nothing to search on this axis",
                     self.axis.name, top.label
                 );
-                return Err(AxisVerdict::AllFit {
+                return Ends::Settled(AxisVerdict::AllFit {
                     highest: top,
                     message,
                 });
             }
             Outcome::Inconclusive => {
-                return Err(AxisVerdict::Inconclusive {
+                return Ends::Settled(AxisVerdict::Inconclusive {
                     message: self.unmeasured(&top),
                     lo: None,
                     hi: None,
@@ -200,18 +203,18 @@ impl Search<'_> {
                     "{} {} still runs out of memory: the {} is not the cause",
                     self.axis.name, bottom.label, self.axis.noun
                 );
-                Err(AxisVerdict::NotTheCause {
+                Ends::Settled(AxisVerdict::NotTheCause {
                     lowest: bottom,
                     message,
                 })
             }
-            Outcome::Inconclusive => Err(AxisVerdict::Inconclusive {
+            Outcome::Inconclusive => Ends::Settled(AxisVerdict::Inconclusive {
                 message: self.unmeasured(&bottom),
                 lo: None,
                 hi: Some(top),
                 skipped: vec![bottom.label],
             }),
-            Outcome::Fits => Ok((bottom, top)),
+            Outcome::Fits => Ends::Open { bottom, top },
         }
     }
 

@@ -208,7 +208,14 @@ fn capacity(s: &mut Session<'_>, space: &Space, opts: &SearchOptions) -> Vec<Axi
         let last = axis.values.len() - 1;
         if last > axis.original {
             let base = Candidate::original();
-            out.push(bisect_axis(s, axis, &base, axis.original, last, &opts.axis()));
+            out.push(bisect_axis(
+                s,
+                axis,
+                &base,
+                axis.original,
+                last,
+                &opts.axis(),
+            ));
         }
     }
     out

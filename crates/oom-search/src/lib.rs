@@ -114,7 +114,7 @@ impl fmt::Display for Candidate {
 /// One value along an axis.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AxisValue {
-    /// The TOML value set for the axis key, e.g. `4` or `[512, 512]` or `"backbone.layer3.5"`.
+    /// The TOML value set for the axis key, e.g. `4`, `[512, 512]` or a quoted stage id.
     pub value: String,
     /// How the value is shown: `4`, `512×512`, `layer3.5`.
     pub label: String,

@@ -69,7 +69,11 @@ impl<'a> Session<'a> {
     }
 
     fn run_once(&mut self, c: &Candidate, purpose: &Purpose) -> Measurement {
-        let spent = if self.budget.max_trials.is_some_and(|m| self.trials.len() >= m) {
+        let spent = if self
+            .budget
+            .max_trials
+            .is_some_and(|m| self.trials.len() >= m)
+        {
             Some("the trial budget")
         } else if self
             .budget

@@ -280,7 +280,14 @@ fn prediction_uses_live_tensors_where_device_peaks_are_paged() {
     let clock = TestClock::default();
     let mut s = session(&mut o, &mut ev, &clock);
     s.measure(&Candidate::original(), Purpose::Original);
-    let r = bisect_axis(&mut s, &a, &Candidate::original(), 0, 31, &opts(24 << 30, true, 0));
+    let r = bisect_axis(
+        &mut s,
+        &a,
+        &Candidate::original(),
+        0,
+        31,
+        &opts(24 << 30, true, 0),
+    );
     match &r.verdict {
         AxisVerdict::Boundary {
             last_fit,
@@ -605,7 +612,13 @@ fn time_budget_stops_starting_trials_and_reports_inconclusive() {
             ceiling: CEILING as u64,
             ..Default::default()
         };
-        diagnose(&mut unlimited, &mut ev, &TestClock::default(), &space(), &opts);
+        diagnose(
+            &mut unlimited,
+            &mut ev,
+            &TestClock::default(),
+            &space(),
+            &opts,
+        );
         unlimited.runs
     };
     let clock = TestClock::default();

@@ -6,13 +6,13 @@
 //! cannot be reset. A fresh process is the only clean slate, and a dead one cannot lie.
 
 use crate::classify::{classify_message, MessageKind};
-use crate::report::{exit, BackendKind, Ceiling, ChildEvent, Fault, Location, Request};
+use crate::protocol::{exit, BackendKind, ChildEvent, Engine, Fault, Location, Request};
 use anyhow::{anyhow, bail, Result};
 use burn::backend::autodiff::checkpoint::strategy::BalancedCheckpointing;
 use burn::backend::{Autodiff, Flex};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::DType;
-use deeplab::{Config, Phase, Point, Precision, Trainer};
+use deeplab::{ids, Config, Phase, Point, Precision, Trainer};
 use std::io::Write;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -87,9 +87,27 @@ fn install_panic_hook() {
         .expect("spawn watchdog");
 }
 
+extern "C" fn on_parent_death(_: libc::c_int) {
+    // SAFETY: kill is async-signal-safe; group 0 is our own, created for this trial by the parent.
+    unsafe { libc::kill(0, libc::SIGKILL) };
+}
+
+/// The parent arranges SIGTERM for when it dies (`PR_SET_PDEATHSIG`): the trial then takes its whole
+/// group with it (helpers, a compiler), so that nothing keeps the card or the CPU.
+fn die_with_parent() {
+    // SAFETY: installs a handler that only calls an async-signal-safe function.
+    unsafe {
+        libc::signal(
+            libc::SIGTERM,
+            on_parent_death as *const () as libc::sighandler_t,
+        )
+    };
+}
+
 /// Runs the child: reads the request, runs the trial, returns the exit code.
 pub fn main(request: &str) -> i32 {
     STARTED.get_or_init(Instant::now);
+    die_with_parent();
     install_panic_hook();
     let req: Request = match serde_json::from_str(request) {
         Ok(r) => r,
@@ -98,6 +116,14 @@ pub fn main(request: &str) -> i32 {
             return exit::INCONCLUSIVE;
         }
     };
+    if req.engine == Engine::Estimate {
+        let answer = crate::estimated::answer(&req);
+        answer.events.iter().for_each(emit);
+        if !answer.stderr.is_empty() {
+            eprintln!("{}", answer.stderr);
+        }
+        return answer.exit_code;
+    }
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| run(&req)));
     if PANICKED.load(Ordering::SeqCst) {
         return panic_exit_code();
@@ -171,11 +197,7 @@ fn run(req: &Request) -> Result<()> {
                 bail!("the counting allocator is not installed in this binary: the CPU ceiling cannot be enforced");
             }
             let total = crate::host_total();
-            let ceiling_bytes = match req.ceiling {
-                Ceiling::None => total,
-                Ceiling::Bytes(b) => b,
-                Ceiling::Fraction(f) => (total as f64 * f) as u64,
-            };
+            let ceiling_bytes = req.ceiling.bytes(total);
             emit(&ChildEvent::Start {
                 backend: BackendKind::Cpu,
                 device: format!(
@@ -209,7 +231,8 @@ fn run(req: &Request) -> Result<()> {
 fn configure_kernel_cache() {
     use cubecl::config::cache::CacheConfig;
     use cubecl::config::{CubeClRuntimeConfig, RuntimeConfig};
-    let Some(dir) = std::env::var_os("OOM_BISECT_KERNEL_CACHE").filter(|d| !d.is_empty()) else {
+    let Some(dir) = std::env::var_os(crate::cache::KERNEL_CACHE_ENV).filter(|d| !d.is_empty())
+    else {
         return;
     };
     let dir = std::path::PathBuf::from(dir);
@@ -266,11 +289,8 @@ type Unfused = burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>
 /// simpler kernels to compile, different memory behaviour. Anything else keeps fusion (burn's default).
 #[cfg(feature = "cuda")]
 fn fusion_enabled() -> Result<bool> {
-    match std::env::var("OOM_BISECT_FUSION").as_deref() {
-        Err(_) | Ok("") | Ok("on") | Ok("1") => Ok(true),
-        Ok("off") | Ok("0") => Ok(false),
-        Ok(other) => bail!("OOM_BISECT_FUSION={other:?}: expected `on` or `off`"),
-    }
+    let value = std::env::var(crate::switches::FUSION_ENV).unwrap_or_default();
+    crate::switches::fusion(&value).map_err(|e| anyhow!(e))
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -280,15 +300,15 @@ fn run_cuda(_: &Config, _: &Request) -> Result<()> {
 
 fn inject(fault: &Option<Fault>, stage: &str) {
     match (fault, stage) {
-        (Some(Fault::Sleep), "backbone.stem") => {
+        (Some(Fault::Sleep), ids::STEM) => {
             // A grandchild that must die with us: the parent kills the whole process group.
             let _ = std::process::Command::new("sleep").arg("6017").spawn();
             std::thread::sleep(Duration::from_secs(600));
         }
-        (Some(Fault::BrokenModule), "aspp") => {
+        (Some(Fault::BrokenModule), ids::ASPP) => {
             panic!("deliberately broken module: this layer always fails")
         }
-        (Some(Fault::DeviceThreadOom), "backbone.stem") => {
+        (Some(Fault::DeviceThreadOom), ids::STEM) => {
             // burn-cuda's shape of an OOM: a panic on the device-runner thread, the caller unharmed.
             let _ = std::thread::Builder::new()
                 .name("DSD-0-0".into())

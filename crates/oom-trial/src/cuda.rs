@@ -3,7 +3,7 @@
 //! `cuMemAlloc` of the free memory minus 8 GiB in 1 GiB chunks, `cuMemGetInfo` reported 8.00 GiB free
 //! and burn's allocations failed at that ceiling (shared/GPU.md).
 
-use crate::report::Ceiling;
+use crate::protocol::Ceiling;
 use anyhow::{bail, Context, Result};
 use cudarc::driver::result;
 
@@ -57,11 +57,7 @@ impl CudaCeiling {
         }
         let (free, total) = mem_info()?;
         let used = total - free;
-        let ceiling_bytes = match ceiling {
-            Ceiling::None => total,
-            Ceiling::Bytes(b) => b,
-            Ceiling::Fraction(f) => (total as f64 * f) as u64,
-        };
+        let ceiling_bytes = ceiling.bytes(total);
         if ceiling_bytes > total {
             bail!(
                 "the ceiling ({}) is larger than the device ({}, {})",

@@ -1,18 +1,28 @@
 //! One trial: a resolved config on a device, N real training steps under a memory ceiling, measured
-//! and classified. The child side runs in its own process (`oom-bisect __trial`); the parent side
-//! assembles the report from what the child printed, how it ended, and its stderr.
+//! and classified; and the seam through which the search asks for one ([`TrialRunner`]). Both sides
+//! of the parent/child protocol live here: the child (`oom-bisect __trial`, [`child`]) and the parent
+//! ([`ProcessRunner`]) that spawns it, watches it and classifies what it left behind ([`outcome`]).
 
 pub mod alloc;
+pub mod cache;
 pub mod child;
 pub mod classify;
 #[cfg(feature = "cuda")]
 pub mod cuda;
-pub mod report;
+pub mod estimated;
+pub mod outcome;
+pub mod protocol;
+pub mod runner;
+pub mod switches;
 
-pub use report::{
-    assemble, parse_events, BackendKind, Ceiling, ChildEvent, ChildExit, Fault, OomInfo, Request,
-    StageMemory, StepRecord, TrialOutcome, TrialReport,
+pub use outcome::{
+    assemble, ChildExit, OomInfo, StageMemory, StepRecord, TrialOutcome, TrialReport,
 };
+pub use protocol::{BackendKind, Ceiling, ChildEvent, Engine, Fault, Request, SUBCOMMAND};
+pub use runner::{
+    install_interrupt_handler, parse_events, EstimateRunner, ProcessRunner, TrialRunner,
+};
+pub use switches::Switches;
 
 /// Whether this binary can run trials on CUDA and a device is present; the device name if so.
 pub fn cuda_device() -> Result<String, String> {
@@ -101,19 +111,6 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         return Err(format!("`{s}` is not a positive size"));
     }
     Ok(v as u64)
-}
-
-/// Trainable parameters of a config's model, in total and per module id (built on the CPU backend).
-pub fn count_params(
-    config: &deeplab::Config,
-) -> Result<(usize, Vec<(String, usize)>), deeplab::ConfigError> {
-    use burn::backend::{Autodiff, Flex};
-    let arch = deeplab::Architecture::new(config)?;
-    let model = deeplab::DeepLabV3Plus::<Autodiff<Flex>>::new(arch, &Default::default());
-    Ok((
-        deeplab::model::trainable_params(&model),
-        model.params_by_module(),
-    ))
 }
 
 #[cfg(test)]

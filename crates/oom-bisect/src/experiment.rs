@@ -1,0 +1,29 @@
+//! An experiment's identity: everything that changes what a trial measures. Two runs share journal
+//! entries only when all of it is equal: the workload, the backend, the ceiling, the engine, the
+//! environment switches that change kernels or memory, and the version of this binary.
+
+use crate::settings::{DeviceSettings, Workload};
+
+/// The journal key of an experiment (the workload's device section excluded: the resolved device
+/// settings stand for it).
+pub fn id(w: &Workload, d: &DeviceSettings) -> String {
+    format!(
+        "{}|{}|{:?}|{:?}|{}|oom-bisect {}",
+        w.config.canonical_key(),
+        d.backend.name(),
+        d.ceiling,
+        d.engine,
+        d.switches.key(),
+        env!("CARGO_PKG_VERSION"),
+    )
+}
+
+/// A short stable hash for file names (FNV-1a: stable across runs and platforms; std's is not).
+pub fn short_hash(s: &str) -> String {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in s.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    format!("{:08x}", h as u32)
+}

@@ -1,0 +1,132 @@
+//! `bench`: where a diagnosis's time went. Trials per axis against plain bisection; per trial, the
+//! child's whole life against the training steps it measured; the first trial (cold kernel caches)
+//! against the later ones.
+
+use oom_search::{Candidate, Diagnosis};
+use oom_trial::{TrialOutcome, TrialReport};
+use std::collections::HashMap;
+
+/// The timings of a finished diagnosis, `reports` by candidate and attempt.
+pub fn bench(
+    d: &Diagnosis,
+    reports: &HashMap<(Candidate, u32), TrialReport>,
+    wall_seconds: f64,
+    resumed: usize,
+    kernel_cache: Option<&std::path::Path>,
+) -> String {
+    let mut s = format!(
+        "diagnosis: {} trials, {wall_seconds:.1} s wall ({resumed} answered from the journal)\n",
+        d.trials.len()
+    );
+    s += &axes(d);
+    // Reports in the order the trials ran.
+    let ran: Vec<&TrialReport> = d
+        .trials
+        .iter()
+        .filter_map(|t| reports.get(&(t.candidate.clone(), t.attempt)))
+        .collect();
+    s += &per_trial(&ran);
+    s += &format!(
+        "  kernel cache: {}\n",
+        kernel_cache
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "off".into())
+    );
+    s
+}
+
+fn axes(d: &Diagnosis) -> String {
+    let mut s = format!(
+        "\n  {:<8} {:>7} {:>14} {:>16}\n",
+        "axis", "trials", "confirmations", "plain bisection"
+    );
+    for a in d.axes.iter().chain(d.capacity.iter()) {
+        s += &format!(
+            "  {:<8} {:>7} {:>14} {:>16}\n",
+            a.axis,
+            a.trials - a.confirmations,
+            a.confirmations,
+            a.plain_bisection
+        );
+    }
+    s
+}
+
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+/// Everything a finished trial spent beyond its steps at their steady speed.
+fn overhead(r: &TrialReport) -> f64 {
+    let steady = r
+        .steps
+        .iter()
+        .skip(1)
+        .map(|s| s.seconds)
+        .fold(f64::INFINITY, f64::min);
+    r.wall_seconds - steady * r.steps.len() as f64
+}
+
+fn per_trial(ran: &[&TrialReport]) -> String {
+    let walls: Vec<f64> = ran.iter().map(|r| r.wall_seconds).collect();
+    let ready: Vec<f64> = ran.iter().filter_map(|r| r.ready_seconds).collect();
+    let built: Vec<f64> = ran
+        .iter()
+        .filter_map(|r| Some(r.built_seconds? - r.ready_seconds?))
+        .collect();
+    // Trials that finished every step: their first step against their later ones.
+    let finished: Vec<&TrialReport> = ran
+        .iter()
+        .copied()
+        .filter(|r| r.outcome == TrialOutcome::Fits && r.steps.len() > 1)
+        .collect();
+    let of = |f: &dyn Fn(&TrialReport) -> f64| finished.iter().map(|r| f(r)).collect::<Vec<_>>();
+    let later: Vec<f64> = finished
+        .iter()
+        .flat_map(|r| r.steps.iter().skip(1).map(|s| s.seconds))
+        .collect();
+    let rows = [
+        (
+            "process start to device ready (context, ceiling)",
+            mean(&ready),
+        ),
+        ("building model, optimizer and batch", mean(&built)),
+        ("whole trial, any outcome", mean(&walls)),
+        (
+            "finished trials: whole trial",
+            mean(&of(&|r| r.wall_seconds)),
+        ),
+        (
+            "finished trials: all training steps",
+            mean(&of(&|r| r.steps.iter().map(|s| s.seconds).sum())),
+        ),
+        (
+            "finished trials: first step (compilation included)",
+            mean(&of(&|r| r.steps[0].seconds)),
+        ),
+        ("finished trials: a later step", mean(&later)),
+        (
+            "finished trials: overhead beyond steady steps",
+            mean(&of(&overhead)),
+        ),
+    ];
+    let mut s = format!(
+        "\nper trial (means; {} trials ran, {} finished every step):\n",
+        ran.len(),
+        finished.len()
+    );
+    for (what, secs) in rows {
+        s += &format!("  {what:<50} {secs:>8.2} s\n");
+    }
+    if let (Some(first), true) = (walls.first(), walls.len() > 1) {
+        s += &format!(
+            "  first trial {first:.2} s, later trials {:.2} s on average\n",
+            mean(&walls[1..])
+        );
+    }
+    s
+}

@@ -1,0 +1,374 @@
+//! The diagnosis as a user reads it (stdout) and as JSON (`--json`). Verdict first, then the
+//! boundaries with measured peaks on both sides, where memory crosses the ceiling, the modules, the
+//! fixes that fit, the minimal failing configuration, and the line that reproduces it.
+
+use oom_search::{AxisSearch, AxisVerdict, Diagnosis, Minimal, ModulesVerdict, Outcome, Probe};
+use oom_trial::{fmt_bytes, TrialReport};
+use serde_json::{json, Value};
+
+/// What the report needs besides the diagnosis.
+pub struct Context<'a> {
+    pub title: String,
+    pub backend: String,
+    pub original_report: Option<&'a TrialReport>,
+    pub minimal_path: Option<String>,
+    pub minimal_config: Option<toml::Table>,
+    pub reproduce: Option<String>,
+    pub journal: Option<String>,
+    pub resumed: usize,
+    pub wall_seconds: f64,
+    pub fake: bool,
+}
+
+fn peak(p: &Probe) -> String {
+    match (p.measurement.outcome, p.measurement.peak_bytes) {
+        (Outcome::Fits, Some(b)) => fmt_bytes(b),
+        (Outcome::Oom, _) => "out of memory".into(),
+        (Outcome::Inconclusive, _) => "inconclusive".into(),
+        (_, None) => "-".into(),
+    }
+}
+
+fn boundary_row(a: &AxisSearch) -> String {
+    let trials = format!(
+        "{} (+{} confirm; plain bisection {})",
+        a.trials - a.confirmations,
+        a.confirmations,
+        a.plain_bisection
+    );
+    match &a.verdict {
+        AxisVerdict::Boundary {
+            last_fit,
+            first_oom,
+            confirmed,
+        } => format!(
+            "  {:<7} last fit {:<22} first OOM {:<22} trials {trials}{}",
+            a.axis,
+            format!("{} ({})", last_fit.label, peak(last_fit)),
+            first_oom.label,
+            if *confirmed {
+                let n = a.confirmations / 2 + 1;
+                format!(", confirmed {n}/{n}")
+            } else {
+                String::new()
+            }
+        ),
+        AxisVerdict::NotTheCause { message, .. }
+        | AxisVerdict::AllFit { message, .. }
+        | AxisVerdict::Inconclusive { message, .. }
+        | AxisVerdict::Unstable { message, .. } => format!("  {:<7} {message}", a.axis),
+    }
+}
+
+pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
+    let mut s = header(d, cx);
+    s += &verdict(d, cx);
+    s += &boundaries(d);
+    s += &modules(d);
+    s += &fixes(d);
+    s += &minimal(d, cx);
+    s += &footer(d, cx);
+    s
+}
+
+fn header(d: &Diagnosis, cx: &Context<'_>) -> String {
+    let mut s = String::new();
+    if cx.fake {
+        s += "*** FAKE TRIALS: answers come from the model's memory estimate, not from runs ***\n";
+    }
+    s += &format!("oom-bisect: {}\n", cx.title);
+    s += &format!(
+        "backend {}, ceiling {}\n\n",
+        cx.backend,
+        fmt_bytes(d.ceiling_bytes)
+    );
+    s
+}
+
+fn verdict(d: &Diagnosis, cx: &Context<'_>) -> String {
+    let ceiling = fmt_bytes(d.ceiling_bytes);
+    let o = &d.original;
+    match o.outcome {
+        Outcome::Oom => {
+            let at = cx
+                .original_report
+                .and_then(|r| r.oom.as_ref())
+                .map(|x| {
+                    format!(
+                        " in step {} after {}{}",
+                        x.step.unwrap_or(0),
+                        x.stage.as_deref().unwrap_or("start"),
+                        x.bytes
+                            .map(|b| format!(", allocating {}", fmt_bytes(b)))
+                            .unwrap_or_default()
+                    )
+                })
+                .unwrap_or_default();
+            format!("Verdict: the original configuration runs OUT OF MEMORY under {ceiling}{at}.\n")
+        }
+        Outcome::Fits => {
+            let p = o.peak_bytes.unwrap_or(0);
+            format!(
+                "Verdict: the original configuration FITS: peak {} of {ceiling}, headroom {}.\n",
+                fmt_bytes(p),
+                fmt_bytes(d.ceiling_bytes.saturating_sub(p))
+            )
+        }
+        Outcome::Inconclusive => format!(
+            "Verdict: the original configuration could not be measured: {}\n",
+            o.note
+        ),
+    }
+}
+
+/// The boundary of the axis named `axis`, when it has one.
+fn boundary_of<'a>(d: &'a Diagnosis, axis: &str) -> Option<(&'a Probe, &'a Probe)> {
+    match &d.axes.iter().find(|a| a.axis == axis)?.verdict {
+        AxisVerdict::Boundary {
+            last_fit,
+            first_oom,
+            ..
+        } => Some((last_fit, first_oom)),
+        _ => None,
+    }
+}
+
+fn boundaries(d: &Diagnosis) -> String {
+    let mut s = String::new();
+    if !d.axes.is_empty() {
+        s += "\nBoundaries (one axis at a time, the others as configured):\n";
+        for a in &d.axes {
+            s += &format!("{}\n", boundary_row(a));
+        }
+        if let Some((fit, oom)) = boundary_of(d, "depth") {
+            s += &format!(
+                "\nWhere memory crosses the ceiling: the model still fits truncated after {} ({}), and runs out \
+                 of memory once {} is included.\n",
+                fit.label,
+                peak(fit),
+                oom.label
+            );
+        }
+        if let Some((fit, oom)) = boundary_of(d, "phase") {
+            let why = match oom.label.as_str() {
+                "backward" => "the tensors saved for backward and the gradients",
+                "step" => "the optimizer state",
+                _ => "the forward pass",
+            };
+            s += &format!(
+                "Phase: {} fits ({}), {} does not: the memory is in {why}.\n",
+                fit.label,
+                peak(fit),
+                oom.label
+            );
+        }
+    }
+    if !d.capacity.is_empty() {
+        s += "\nCapacity (largest value that still fits, the others as configured):\n";
+        for a in &d.capacity {
+            s += &format!("{}\n", boundary_row(a));
+        }
+    }
+    s
+}
+
+fn modules(d: &Diagnosis) -> String {
+    match &d.modules {
+        Some(ModulesVerdict::Culprits {
+            items,
+            measurement,
+            one_minimal,
+            ..
+        }) => format!(
+            "\nModules: swapping {{{}}} for identity makes it fit ({}){}.\n",
+            items.join(", "),
+            measurement
+                .peak_bytes
+                .map(fmt_bytes)
+                .unwrap_or_else(|| measurement.outcome.to_string()),
+            if *one_minimal {
+                "; swapping any one fewer does not (1-minimal)"
+            } else {
+                "; not proven 1-minimal (some probes were inconclusive)"
+            }
+        ),
+        Some(ModulesVerdict::NoSetFits { message })
+        | Some(ModulesVerdict::Inconclusive { message }) => format!("\nModules: {message}.\n"),
+        None => String::new(),
+    }
+}
+
+fn fixes(d: &Diagnosis) -> String {
+    if d.fixes.is_empty() {
+        return String::new();
+    }
+    let mut s = "\nFixes, each measured on its own:\n".to_string();
+    let mut fixes: Vec<_> = d.fixes.iter().collect();
+    fixes.sort_by_key(|f| match f.measurement.outcome {
+        Outcome::Fits => 0,
+        Outcome::Oom => 1,
+        Outcome::Inconclusive => 2,
+    });
+    for f in fixes {
+        let what = match f.measurement.outcome {
+            Outcome::Fits => format!(
+                "fits   peak {}",
+                f.measurement.peak_bytes.map(fmt_bytes).unwrap_or_default()
+            ),
+            Outcome::Oom => "OOM".into(),
+            Outcome::Inconclusive => format!("??     {}", f.measurement.note),
+        };
+        s += &format!("  {:<40} {what}\n", f.change);
+    }
+    s
+}
+
+fn minimal(d: &Diagnosis, cx: &Context<'_>) -> String {
+    let Some(m) = &d.minimal_failing else {
+        return String::new();
+    };
+    let proven = if m.one_minimal {
+        " (1-minimal)"
+    } else {
+        " (not proven 1-minimal)"
+    };
+    let mut s = format!("\nMinimal failing configuration{proven}: {}\n", m.candidate);
+    if let Some(p) = &cx.minimal_path {
+        s += &format!("  saved to {p}\n");
+    }
+    for n in &m.neighbours {
+        let what = match n.measurement.outcome {
+            Outcome::Fits => format!(
+                "fits, peak {}",
+                n.measurement.peak_bytes.map(fmt_bytes).unwrap_or_default()
+            ),
+            Outcome::Oom => "still OOM".into(),
+            Outcome::Inconclusive => format!("inconclusive: {}", n.measurement.note),
+        };
+        s += &format!("  {:<40} {what}\n", n.change);
+    }
+    s
+}
+
+fn footer(d: &Diagnosis, cx: &Context<'_>) -> String {
+    let mut s = format!(
+        "\nTrials: {} run{} in {:.0} s{}.{}\n",
+        d.trials.len(),
+        if cx.resumed > 0 {
+            format!(" ({} answered from the journal)", cx.resumed)
+        } else {
+            String::new()
+        },
+        cx.wall_seconds,
+        cx.journal
+            .as_ref()
+            .map(|j| format!("; journal {j}"))
+            .unwrap_or_default(),
+        if d.budget_exhausted {
+            " The budget (--max-trials or --max-time) ran out: unmeasured steps are inconclusive."
+        } else {
+            ""
+        }
+    );
+    if let Some(r) = &cx.reproduce {
+        s += &format!("Reproduce with: {r}\n");
+    }
+    s
+}
+
+fn probe_json(p: &Probe) -> Value {
+    json!({
+        "value": p.label,
+        "candidate": p.candidate.to_sets(),
+        "outcome": p.measurement.outcome,
+        "peak_bytes": p.measurement.peak_bytes,
+    })
+}
+
+/// One axis search as JSON.
+fn boundary_json(d: &Diagnosis, a: &AxisSearch) -> Value {
+    let (kind, last_fit, first_oom, message) = match &a.verdict {
+        AxisVerdict::Boundary {
+            last_fit,
+            first_oom,
+            ..
+        } => ("boundary", Some(last_fit), Some(first_oom), None),
+        AxisVerdict::NotTheCause { message, lowest } => {
+            ("not_the_cause", None, Some(lowest), Some(message))
+        }
+        AxisVerdict::AllFit { message, highest } => ("all_fit", Some(highest), None, Some(message)),
+        AxisVerdict::Inconclusive {
+            message, lo, hi, ..
+        } => ("inconclusive", lo.as_ref(), hi.as_ref(), Some(message)),
+        AxisVerdict::Unstable {
+            message,
+            last_fit,
+            first_oom,
+        } => ("unstable", Some(last_fit), Some(first_oom), Some(message)),
+    };
+    json!({
+        "axis": a.axis,
+        "kind": kind,
+        "capacity": d.capacity.contains(a),
+        "last_fit": last_fit.map(probe_json),
+        "first_oom": first_oom.map(probe_json),
+        "message": message,
+        "trials": a.trials,
+        "confirmations": a.confirmations,
+        "plain_bisection_trials": a.plain_bisection,
+    })
+}
+
+fn minimal_json(m: &Minimal, cx: &Context<'_>) -> Value {
+    json!({
+        "candidate": m.candidate.to_sets(),
+        "config": cx.minimal_config,
+        "file": cx.minimal_path,
+        "outcome": m.measurement.outcome,
+        "one_minimal": m.one_minimal,
+        "neighbours": m.neighbours.iter().map(|n| json!({
+            "change": n.change,
+            "candidate": n.candidate.to_sets(),
+            "outcome": n.measurement.outcome,
+            "peak_bytes": n.measurement.peak_bytes,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+pub fn json(d: &Diagnosis, cx: &Context<'_>) -> Value {
+    let boundaries: Vec<Value> = d
+        .axes
+        .iter()
+        .chain(d.capacity.iter())
+        .map(|a| boundary_json(d, a))
+        .collect();
+    json!({
+        "original": {
+            "outcome": d.original.outcome,
+            "peak_bytes": d.original.peak_bytes,
+            "note": d.original.note,
+            "oom": cx.original_report.and_then(|r| r.oom.clone()),
+            "stages": cx.original_report.map(|r| r.stages.clone()),
+        },
+        "ceiling_bytes": d.ceiling_bytes,
+        "backend": cx.backend,
+        "fake_trials": cx.fake,
+        "boundaries": boundaries,
+        "modules": d.modules,
+        "fixes": d.fixes.iter().map(|f| json!({
+            "change": f.change,
+            "candidate": f.candidate.to_sets(),
+            "outcome": f.measurement.outcome,
+            "peak_bytes": f.measurement.peak_bytes,
+        })).collect::<Vec<_>>(),
+        "minimal_failing": d.minimal_failing.as_ref().map(|m| minimal_json(m, cx)),
+        "trials": {
+            "count": d.trials.len(),
+            "resumed_from_journal": cx.resumed,
+            "budget_exhausted": d.budget_exhausted,
+            "list": d.trials,
+        },
+        "wall_seconds": cx.wall_seconds,
+        "reproduce": cx.reproduce,
+    })
+}

@@ -1,0 +1,110 @@
+//! The per-stage memory table of one trial (`oom-bisect trial`): the readings of the last step
+//! reached, every step, the peak, and how it ended.
+
+use oom_trial::{fmt_bytes, TrialReport};
+
+pub fn trial_table(r: &TrialReport) -> String {
+    let mut s = summary(r);
+    s += &stages(r);
+    s += &steps(r);
+    s += &ending(r);
+    s
+}
+
+fn summary(r: &TrialReport) -> String {
+    let or_dash = |b: Option<u64>| b.map(fmt_bytes).unwrap_or_else(|| "-".into());
+    let mut s = format!(
+        "outcome: {}   backend: {}   ceiling: {}   context: {}\n",
+        r.outcome.name(),
+        r.device.clone().unwrap_or_else(|| "-".into()),
+        or_dash(r.ceiling_bytes),
+        or_dash(r.context_bytes),
+    );
+    if let Some(p) = r.params {
+        s += &format!(
+            "parameters: {p}   held between steps (parameters, optimizer state, batch): {}\n",
+            r.base_bytes.map(fmt_bytes).unwrap_or_default()
+        );
+    }
+    s
+}
+
+fn stages(r: &TrialReport) -> String {
+    let Some(step) = r.stages.iter().map(|x| x.step).max() else {
+        return String::new();
+    };
+    let mut s = format!("\nstep {step} (the last one reached), memory after each stage:\n");
+    s += &format!(
+        "  {:<26} {:<9} {:>12} {:>12} {:>9}\n",
+        "stage", "phase", "in use", "device", "at"
+    );
+    for x in r.stages.iter().filter(|x| x.step == step) {
+        s += &format!(
+            "  {:<26} {:<9} {:>12} {:>12} {:>7.1} s\n",
+            x.name,
+            x.phase.name(),
+            fmt_bytes(x.in_use_bytes),
+            fmt_bytes(x.device_bytes),
+            x.seconds
+        );
+    }
+    s
+}
+
+fn steps(r: &TrialReport) -> String {
+    let mut s = String::new();
+    if !r.steps.is_empty() {
+        s += "\nsteps:\n";
+    }
+    for st in &r.steps {
+        s += &format!(
+            "  step {}  {:>7.2} s{}  in use after {:>10}  loss {:.4}\n",
+            st.step,
+            st.seconds,
+            if st.step == 0 {
+                " (includes kernel compilation)"
+            } else {
+                "                              "
+            },
+            fmt_bytes(st.in_use_after_bytes),
+            st.loss
+        );
+    }
+    if let Some(l) = r.leak_bytes_per_step.filter(|l| *l > 0) {
+        s += &format!(
+            "possible leak: in-use memory grows by {} per step after the first\n",
+            fmt_bytes(l as u64)
+        );
+    }
+    if let (Some(ready), Some(built)) = (r.ready_seconds, r.built_seconds) {
+        s += &format!(
+            "time: device ready after {ready:.1} s (process, context, ceiling), model built after {built:.1} s, trial {:.1} s\n",
+            r.wall_seconds
+        );
+    }
+    s
+}
+
+fn ending(r: &TrialReport) -> String {
+    let mut s = "\n".to_string();
+    if let Some(p) = r.peak_bytes {
+        let of = r.ceiling_bytes.map(|c| format!(" of {}", fmt_bytes(c)));
+        s += &format!("peak: {}{}\n", fmt_bytes(p), of.unwrap_or_default());
+    }
+    if let Some(o) = &r.oom {
+        s += &format!(
+            "OUT OF MEMORY in step {} during {} after {}{}\n  {}\n",
+            o.step.unwrap_or(0),
+            o.phase.map(|p| p.name()).unwrap_or("setup"),
+            o.stage.as_deref().unwrap_or("start"),
+            o.bytes
+                .map(|b| format!(", allocating {}", fmt_bytes(b)))
+                .unwrap_or_default(),
+            o.message
+        );
+    }
+    if let Some(e) = &r.error {
+        s += &format!("{}: {e}\n", r.outcome.name().to_uppercase());
+    }
+    s
+}

@@ -1,0 +1,107 @@
+//! The estimate engine: a trial answered by the model's own memory estimate
+//! ([`deeplab::Architecture::memory_estimate`]) instead of training, as the same events a training
+//! child prints. The fake trials behind the search's tests: fast, deterministic, and through the
+//! same classification as real ones. A run past the ceiling ends the way the CPU ceiling's
+//! allocator ends a real trial: its refusal line on stderr and the exit code of an OOM.
+
+use crate::classify::CPU_REFUSAL;
+use crate::protocol::{exit, ChildEvent, Location, Request};
+use deeplab::{Architecture, Config, Phase};
+
+/// What the engine "printed": stdout events, stderr, exit code.
+pub struct Answer {
+    pub events: Vec<ChildEvent>,
+    pub stderr: String,
+    pub exit_code: i32,
+}
+
+/// The device name estimate trials report.
+pub const DEVICE: &str = "estimate (no model runs)";
+
+/// Answers `req` from the estimate.
+pub fn answer(req: &Request) -> Answer {
+    let parsed =
+        Config::from_toml_str(&req.config).and_then(|c| Architecture::new(&c).map(|a| (c, a)));
+    let (config, arch) = match parsed {
+        Ok(x) => x,
+        Err(e) => {
+            return Answer {
+                events: vec![],
+                stderr: format!("oom-bisect __trial: config: {e}"),
+                exit_code: exit::INCONCLUSIVE,
+            }
+        }
+    };
+    let est = arch.memory_estimate(&config);
+    let ceiling = req.ceiling.bytes(crate::host_total());
+    let mut events = vec![
+        ChildEvent::Start {
+            backend: req.backend,
+            device: DEVICE.into(),
+            ceiling_bytes: ceiling,
+            context_bytes: 0,
+            total_bytes: crate::host_total(),
+            seconds: 0.0,
+        },
+        ChildEvent::Built {
+            in_use_bytes: est.between_steps,
+            params: est.params as usize,
+            seconds: 0.0,
+        },
+    ];
+    // The forward stages of one step: what is held after each, until the ceiling.
+    let mut held = est.between_steps;
+    for s in est.stages.iter().filter(|s| s.runs) {
+        held += s.saved_bytes;
+        if held > ceiling {
+            return refused(events, held - s.saved_bytes, s.saved_bytes);
+        }
+        events.push(mark(&s.id, held));
+    }
+    let peak = est.peak.total();
+    if peak > ceiling {
+        events.push(mark("loss", held));
+        return refused(events, held, peak - held);
+    }
+    for step in 0..config.train.steps {
+        events.push(ChildEvent::Step {
+            step,
+            seconds: 0.0,
+            in_use_bytes: est.between_steps,
+            loss: 0.0,
+        });
+    }
+    events.push(ChildEvent::Done {
+        check: 0.0,
+        peak_bytes: peak,
+        peak_in_use_bytes: peak,
+    });
+    Answer {
+        events,
+        stderr: String::new(),
+        exit_code: exit::FITS,
+    }
+}
+
+fn mark(stage: &str, held: u64) -> ChildEvent {
+    ChildEvent::Mark {
+        at: Location {
+            step: 0,
+            phase: Phase::Forward,
+            stage: stage.into(),
+        },
+        in_use_bytes: held,
+        device_bytes: held,
+        seconds: 0.0,
+    }
+}
+
+/// Ends the answer as the CPU ceiling's allocator ends a trial: `request` bytes refused while
+/// `in_use` were held.
+fn refused(events: Vec<ChildEvent>, in_use: u64, request: u64) -> Answer {
+    Answer {
+        events,
+        stderr: format!("{CPU_REFUSAL} {request} bytes (in use {in_use}) [estimate]"),
+        exit_code: exit::OOM,
+    }
+}

@@ -1,0 +1,333 @@
+//! The trial report: assembled from what the child left behind (its events, how it ended, its
+//! stderr) and classified exactly once. The order of precedence: an allocation failure anywhere is
+//! `oom`; any other panic is `error`; then the way the process ended; `fits` only with a finite value
+//! read back after the last step.
+
+use crate::classify::{classify_message, MessageKind};
+use crate::protocol::{exit, BackendKind, ChildEvent, Location};
+use deeplab::Phase;
+use serde::{Deserialize, Serialize};
+
+/// The outcome of a trial: exactly one of four.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TrialOutcome {
+    Fits,
+    Oom,
+    Error,
+    Timeout,
+}
+
+impl TrialOutcome {
+    pub fn name(self) -> &'static str {
+        match self {
+            TrialOutcome::Fits => "fits",
+            TrialOutcome::Oom => "oom",
+            TrialOutcome::Error => "error",
+            TrialOutcome::Timeout => "timeout",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageMemory {
+    pub step: usize,
+    pub phase: Phase,
+    pub name: String,
+    pub in_use_bytes: u64,
+    pub device_bytes: u64,
+    /// When the reading was taken, in seconds since the trial's process started.
+    #[serde(default)]
+    pub seconds: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    pub step: usize,
+    pub seconds: f64,
+    pub in_use_after_bytes: u64,
+    pub loss: f32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OomInfo {
+    /// Where the last reading before the failure was taken: the failure happened after it.
+    pub phase: Option<Phase>,
+    pub stage: Option<String>,
+    pub step: Option<usize>,
+    /// The allocation that failed, when the message says.
+    pub bytes: Option<u64>,
+    pub message: String,
+}
+
+/// How the child process ended, as the parent saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChildExit {
+    Code(i32),
+    Signal(i32),
+    /// Killed by the parent after the time limit.
+    TimedOut,
+    /// Could not be started at all.
+    NotStarted(String),
+}
+
+/// Everything one trial measured, as JSON for `--json` and the journal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrialReport {
+    pub outcome: TrialOutcome,
+    pub backend: Option<BackendKind>,
+    pub device: Option<String>,
+    pub ceiling_bytes: Option<u64>,
+    pub context_bytes: Option<u64>,
+    /// Most device memory handed out at once (CUDA: used device memory incl. the context; CPU: the
+    /// counting allocator's peak).
+    pub peak_bytes: Option<u64>,
+    /// Most memory held by live tensors at a measuring point.
+    pub peak_in_use_bytes: Option<u64>,
+    /// Memory held once the model, optimizer and batch exist, before the first step.
+    pub base_bytes: Option<u64>,
+    pub params: Option<usize>,
+    pub stages: Vec<StageMemory>,
+    pub steps: Vec<StepRecord>,
+    /// Growth of in-use memory from the second step to the last; a possible leak when positive.
+    pub leak_bytes_per_step: Option<i64>,
+    pub oom: Option<OomInfo>,
+    pub error: Option<String>,
+    pub exit: ChildExit,
+    pub wall_seconds: f64,
+    /// Seconds from the child's start until the device was ready under its ceiling (process start,
+    /// CUDA context, ballast), and until the model, optimizer and batch existed.
+    #[serde(default)]
+    pub ready_seconds: Option<f64>,
+    #[serde(default)]
+    pub built_seconds: Option<f64>,
+}
+
+impl TrialReport {
+    /// A report with nothing measured yet.
+    fn empty(exit: ChildExit, wall_seconds: f64) -> TrialReport {
+        TrialReport {
+            outcome: TrialOutcome::Error,
+            backend: None,
+            device: None,
+            ceiling_bytes: None,
+            context_bytes: None,
+            peak_bytes: None,
+            peak_in_use_bytes: None,
+            base_bytes: None,
+            params: None,
+            stages: vec![],
+            steps: vec![],
+            leak_bytes_per_step: None,
+            oom: None,
+            error: None,
+            exit,
+            wall_seconds,
+            ready_seconds: None,
+            built_seconds: None,
+        }
+    }
+}
+
+/// What the events said beyond the readings: where the child last was, its panics, its check value.
+#[derive(Default)]
+struct Trace {
+    last_at: Option<Location>,
+    panics: Vec<(String, String)>,
+    done: Option<f64>,
+}
+
+/// Assembles and classifies a trial from what the child left behind.
+pub fn assemble(
+    events: &[ChildEvent],
+    exit: ChildExit,
+    stderr: &str,
+    wall_seconds: f64,
+) -> TrialReport {
+    let mut r = TrialReport::empty(exit.clone(), wall_seconds);
+    let mut trace = Trace::default();
+    for e in events {
+        read_event(&mut r, &mut trace, e);
+    }
+    summarise(&mut r);
+    classify(&mut r, trace, exit, stderr);
+    r
+}
+
+/// Folds one event into the report.
+fn read_event(r: &mut TrialReport, t: &mut Trace, e: &ChildEvent) {
+    match e {
+        ChildEvent::Start {
+            backend,
+            device,
+            ceiling_bytes,
+            context_bytes,
+            seconds,
+            ..
+        } => {
+            r.ready_seconds = Some(*seconds);
+            r.backend = Some(*backend);
+            r.device = Some(device.clone());
+            r.ceiling_bytes = Some(*ceiling_bytes);
+            r.context_bytes = Some(*context_bytes);
+        }
+        ChildEvent::Built {
+            in_use_bytes,
+            params,
+            seconds,
+        } => {
+            r.built_seconds = Some(*seconds);
+            r.base_bytes = Some(*in_use_bytes);
+            r.params = Some(*params);
+            t.last_at = Some(Location {
+                step: 0,
+                phase: Phase::Forward,
+                stage: "setup".into(),
+            });
+        }
+        ChildEvent::Mark {
+            at,
+            in_use_bytes,
+            device_bytes,
+            seconds,
+        } => {
+            r.stages.push(StageMemory {
+                step: at.step,
+                phase: at.phase,
+                name: at.stage.clone(),
+                in_use_bytes: *in_use_bytes,
+                device_bytes: *device_bytes,
+                seconds: *seconds,
+            });
+            r.peak_in_use_bytes = r.peak_in_use_bytes.max(Some(*in_use_bytes));
+            t.last_at = Some(at.clone());
+        }
+        ChildEvent::Step {
+            step,
+            seconds,
+            in_use_bytes,
+            loss,
+        } => r.steps.push(StepRecord {
+            step: *step,
+            seconds: *seconds,
+            in_use_after_bytes: *in_use_bytes,
+            loss: *loss,
+        }),
+        ChildEvent::Panic { thread, message } => t.panics.push((thread.clone(), message.clone())),
+        ChildEvent::Done {
+            check,
+            peak_bytes,
+            peak_in_use_bytes,
+        } => {
+            t.done = Some(*check);
+            r.peak_bytes = Some(*peak_bytes);
+            r.peak_in_use_bytes = r.peak_in_use_bytes.max(Some(*peak_in_use_bytes));
+        }
+    }
+}
+
+/// The figures derived from the readings: the peak of an unfinished trial, what outlives a step,
+/// and growth across steps.
+fn summarise(r: &mut TrialReport) {
+    if r.peak_bytes.is_none() {
+        // A trial that did not finish still says how far memory got.
+        r.peak_bytes = r.stages.iter().map(|s| s.device_bytes).max();
+    }
+    // What does not scale with the batch: parameters, gradients' buffers and optimizer state, read
+    // after the last step, when the activations are gone.
+    if let Some(last) = r.steps.last() {
+        r.base_bytes = Some(last.in_use_after_bytes);
+    }
+    if r.steps.len() >= 3 {
+        let second = r.steps[1].in_use_after_bytes as i64;
+        let last = r.steps[r.steps.len() - 1].in_use_after_bytes as i64;
+        r.leak_bytes_per_step = Some((last - second) / (r.steps.len() as i64 - 2));
+    }
+}
+
+/// Sets the outcome, in order of precedence (see the module documentation).
+fn classify(r: &mut TrialReport, t: Trace, exit: ChildExit, stderr: &str) {
+    let allocation_failure = t
+        .panics
+        .iter()
+        .map(|(th, m)| (format!("panic on thread '{th}': {m}"), classify_message(m)))
+        .chain(stderr.lines().map(|l| (l.to_string(), classify_message(l))))
+        .find(|(_, k)| matches!(k, MessageKind::AllocationFailure { .. }));
+    if let Some((message, MessageKind::AllocationFailure { bytes })) = allocation_failure {
+        let at = t.last_at.as_ref();
+        r.outcome = TrialOutcome::Oom;
+        r.oom = Some(OomInfo {
+            phase: at.map(|l| l.phase),
+            stage: at.map(|l| l.stage.clone()),
+            step: at.map(|l| l.step),
+            bytes,
+            message,
+        });
+        return;
+    }
+    if let Some((thread, message)) = t.panics.first() {
+        r.error = Some(format!("panic on thread '{thread}': {message}"));
+        return;
+    }
+    let (outcome, error) = by_exit(exit, t.done, t.last_at, stderr, r.wall_seconds);
+    r.outcome = outcome;
+    r.error = error;
+}
+
+/// The outcome of a child that neither ran out of memory nor panicked, from how it ended.
+fn by_exit(
+    exit: ChildExit,
+    done: Option<f64>,
+    last_at: Option<Location>,
+    stderr: &str,
+    wall_seconds: f64,
+) -> (TrialOutcome, Option<String>) {
+    let error = |m: String| (TrialOutcome::Error, Some(m));
+    match exit {
+        ChildExit::TimedOut => (
+            TrialOutcome::Timeout,
+            Some(format!(
+                "killed after the time limit ({wall_seconds:.0} s), last at {}",
+                last_at
+                    .map(|l| format!("step {} {}", l.step, l.stage))
+                    .unwrap_or_else(|| "start".into())
+            )),
+        ),
+        ChildExit::NotStarted(why) => error(format!("the trial process could not start: {why}")),
+        ChildExit::Signal(sig) => error(format!(
+            "the trial process was killed by signal {sig}{}",
+            tail(stderr)
+        )),
+        ChildExit::Code(code) => match done {
+            Some(check) if code == exit::FITS && check.is_finite() => (TrialOutcome::Fits, None),
+            Some(check) if code == exit::FITS => {
+                error(format!("the step read back a non-finite value ({check})"))
+            }
+            _ => error(format!(
+                "the trial process exited with code {code} without a result{}",
+                tail(stderr)
+            )),
+        },
+    }
+}
+
+fn tail(stderr: &str) -> String {
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    if lines.is_empty() {
+        return String::new();
+    }
+    let from = lines.len().saturating_sub(5);
+    format!(": {}", lines[from..].join(" | "))
+}
+
+/// `at aspp allocating 1.1 MiB`: where, and how large the refused allocation was.
+impl std::fmt::Display for OomInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "at {}", self.stage.as_deref().unwrap_or("start"))?;
+        if let Some(b) = self.bytes {
+            write!(f, " allocating {}", crate::fmt_bytes(b))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,157 @@
+//! The parent/child protocol: the hidden subcommand, the request the parent writes to the child's
+//! stdin, and the events the child prints on stdout, one JSON object a line as it goes, so that a
+//! child that dies still leaves behind where it was. Both sides live in this crate.
+
+use deeplab::Phase;
+use serde::{Deserialize, Serialize};
+
+/// The hidden subcommand that runs the child side of a trial: the binary re-runs itself with it.
+pub const SUBCOMMAND: &str = "__trial";
+
+/// Exit codes of the `__trial` child, in `git bisect run` style. The parent never trusts them alone.
+pub mod exit {
+    /// The configuration fits.
+    pub const FITS: i32 = 0;
+    /// The configuration ran out of memory.
+    pub const OOM: i32 = 3;
+    /// Anything else went wrong: the trial is inconclusive (`git bisect skip`).
+    pub const INCONCLUSIVE: i32 = 125;
+}
+
+/// Which backend a trial runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    Cuda,
+    Cpu,
+}
+
+impl BackendKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Cuda => "cuda",
+            BackendKind::Cpu => "cpu",
+        }
+    }
+}
+
+/// The memory ceiling a trial runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ceiling {
+    /// No ceiling: the whole device (or host).
+    None,
+    /// A card of this many bytes.
+    Bytes(u64),
+    /// This fraction of the card.
+    Fraction(f64),
+}
+
+/// Deliberate faults for tests of the classification (hidden; never set by a user).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fault {
+    /// Sleep past any limit, with a grandchild process that must die too.
+    Sleep,
+    /// A module that panics in the forward pass on the main thread.
+    BrokenModule,
+    /// An out-of-memory panic on a device-runner thread while the main thread carries on, as
+    /// burn-cuda 0.21 does.
+    DeviceThreadOom,
+}
+
+/// What answers a trial inside the child.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Engine {
+    /// Real training steps of the burn model on the backend.
+    #[default]
+    Train,
+    /// The model's own memory estimate, no tensor computed: for testing the search and the whole
+    /// trial path (spawn, protocol, classification) in seconds. Never the real thing.
+    Estimate,
+}
+
+/// What the parent sends the child on stdin.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    /// The resolved config, as TOML.
+    pub config: String,
+    pub backend: BackendKind,
+    pub ceiling: Ceiling,
+    #[serde(default)]
+    pub engine: Engine,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<Fault>,
+}
+
+impl Ceiling {
+    /// The ceiling in bytes on a device (or host) of `total` bytes.
+    pub fn bytes(self, total: u64) -> u64 {
+        match self {
+            Ceiling::None => total,
+            Ceiling::Bytes(b) => b,
+            Ceiling::Fraction(f) => (total as f64 * f) as u64,
+        }
+    }
+}
+
+/// Where in a step a reading was taken.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Location {
+    pub step: usize,
+    pub phase: Phase,
+    /// A forward stage id, or `loss`, `backward`, `optimizer`, `setup`.
+    pub stage: String,
+}
+
+/// One line of the child's stdout.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum ChildEvent {
+    /// The device is ready and the ceiling in force.
+    Start {
+        backend: BackendKind,
+        device: String,
+        /// The ceiling the trial really runs under, in bytes.
+        ceiling_bytes: u64,
+        /// Memory the device (context, runtime) held before the model existed.
+        context_bytes: u64,
+        total_bytes: u64,
+        /// Seconds since the child started (process start, CUDA context, ceiling).
+        #[serde(default)]
+        seconds: f64,
+    },
+    /// The model, optimizer and batch exist; nothing has run yet.
+    Built {
+        in_use_bytes: u64,
+        params: usize,
+        #[serde(default)]
+        seconds: f64,
+    },
+    /// A measuring point was reached.
+    Mark {
+        #[serde(flatten)]
+        at: Location,
+        in_use_bytes: u64,
+        device_bytes: u64,
+        /// Seconds since the child started.
+        #[serde(default)]
+        seconds: f64,
+    },
+    /// A training step finished.
+    Step {
+        step: usize,
+        seconds: f64,
+        in_use_bytes: u64,
+        loss: f32,
+    },
+    /// A panic on any thread.
+    Panic { thread: String, message: String },
+    /// All steps ran and the check value was read back.
+    Done {
+        check: f64,
+        peak_bytes: u64,
+        peak_in_use_bytes: u64,
+    },
+}

@@ -1,0 +1,259 @@
+//! The trial seam: one trait, [`TrialRunner`], that turns a [`Request`] into a classified
+//! [`TrialReport`]. The search never knows which runner answers.
+//!
+//! - [`ProcessRunner`]: the binary re-runs itself as `oom-bisect __trial` in a new process group,
+//!   feeds it the request on stdin, drains stdout and stderr on their own threads (a full pipe would
+//!   block the child forever), enforces the time limit by killing the whole group, and assembles the
+//!   report from what the child left behind. The child cannot outlive us: it dies with its parent
+//!   (`PR_SET_PDEATHSIG`), and Ctrl-C, SIGTERM and SIGHUP kill its group before we exit.
+//! - [`EstimateRunner`]: the model's memory estimate answered in this process, through the same events
+//!   and the same classification, for tests of the search that need no process at all.
+//!
+//! A process runner given `Engine::Estimate` requests runs the estimate in the child: the whole
+//! path of a real trial (spawn, protocol, classification), without training.
+
+use crate::outcome::{assemble, ChildExit, TrialReport};
+use crate::protocol::{ChildEvent, Request, SUBCOMMAND};
+use std::io::{Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+/// Runs one trial to its end and classifies it. A trial that cannot even start is an `error`
+/// report, never a panic.
+pub trait TrialRunner {
+    fn run(&self, request: &Request) -> TrialReport;
+}
+
+/// The exit code after an interruption; what was measured is in the journal.
+pub const INTERRUPTED: i32 = 130;
+
+/// The process group of the running child, for the signal handler (0: none).
+static CHILD_GROUP: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    let pg = CHILD_GROUP.load(Ordering::SeqCst);
+    // SAFETY: kill, write and _exit are async-signal-safe.
+    unsafe {
+        if pg > 0 {
+            libc::kill(-pg, libc::SIGKILL);
+        }
+        let msg = b"\noom-bisect: interrupted; finished trials are in the journal, re-run the same command to resume\n";
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+        libc::_exit(INTERRUPTED);
+    }
+}
+
+const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+/// Ctrl-C, SIGTERM and SIGHUP (a closed terminal or ssh connection) kill the running trial's whole
+/// group and exit 130. Trials run in their own process group, so the terminal's SIGINT does not
+/// reach them: without this they would outlive us.
+pub fn install_interrupt_handler() {
+    for sig in STOP_SIGNALS {
+        // SAFETY: installs a handler that only calls async-signal-safe functions.
+        unsafe { libc::signal(sig, on_interrupt as *const () as libc::sighandler_t) };
+    }
+}
+
+/// Blocks the stop signals until dropped, so that a child is never spawned and left unrecorded: a
+/// signal that arrives in between is delivered when the guard drops, once the group is known.
+struct SignalsHeld(libc::sigset_t);
+
+impl SignalsHeld {
+    fn new() -> SignalsHeld {
+        // SAFETY: sigset_t is plain data initialised by sigemptyset; pthread_sigmask only reads it.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for sig in STOP_SIGNALS {
+                libc::sigaddset(&mut set, sig);
+            }
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            SignalsHeld(old)
+        }
+    }
+}
+
+impl Drop for SignalsHeld {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved in `new`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
+    }
+}
+
+/// Trials in a child process: this binary's hidden `__trial` subcommand.
+#[derive(Debug, Clone)]
+pub struct ProcessRunner {
+    /// Past this, the child's group is killed and the trial is a timeout.
+    pub timeout: Duration,
+    /// The kernel-cache directory children share (`None`: no persistent cache).
+    pub kernel_cache: Option<PathBuf>,
+}
+
+impl TrialRunner for ProcessRunner {
+    fn run(&self, request: &Request) -> TrialReport {
+        let started = Instant::now();
+        let not_started = |why: String| assemble(&[], ChildExit::NotStarted(why), "", 0.0);
+        let mut child = match self.spawn() {
+            Ok(c) => c,
+            Err(e) => return not_started(e.to_string()),
+        };
+        let pgid = child.id() as i32;
+        if let Some(mut stdin) = child.stdin.take() {
+            let line = serde_json::to_string(request).expect("a request serialises");
+            // A child that died at once cannot read it; how it ended tells the rest.
+            let _ = stdin.write_all(line.as_bytes());
+        }
+        let out = drain(child.stdout.take());
+        let err = drain(child.stderr.take());
+        let exit = self.wait(&mut child, pgid, started);
+        // Grandchildren (a compiler, a helper) die with the trial: nothing may outlive it.
+        // SAFETY: signals the child's own process group; it may already be empty, which is harmless.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        CHILD_GROUP.store(0, Ordering::SeqCst);
+        let stdout = out.join().unwrap_or_default();
+        let stderr = err.join().unwrap_or_default();
+        let wall = started.elapsed().as_secs_f64();
+        assemble(&parse_events(&stdout), exit, &stderr, wall)
+    }
+}
+
+impl ProcessRunner {
+    /// Starts `__trial` in a new process group and records the group before any stop signal can be
+    /// handled.
+    fn spawn(&self) -> std::io::Result<Child> {
+        let exe = std::env::current_exe()?;
+        let mut cmd = Command::new(exe);
+        cmd.arg(SUBCOMMAND)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        crate::cache::configure(&mut cmd, self.kernel_cache.as_deref());
+        let parent = std::process::id() as libc::pid_t;
+        // SAFETY: the closure runs in the forked child before exec and calls only async-signal-safe
+        // functions (sigprocmask, prctl, getppid, _exit).
+        unsafe {
+            cmd.pre_exec(move || {
+                let mut none: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut none);
+                libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+                // SIGTERM when the thread that forked us ends (the parent died, however): the child
+                // then kills its own group (see `child::main`). The parent may have died before
+                // prctl: then we are already an orphan, and leave.
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+                Ok(())
+            })
+        };
+        let held = SignalsHeld::new();
+        let child = cmd.spawn()?;
+        CHILD_GROUP.store(child.id() as i32, Ordering::SeqCst);
+        drop(held);
+        Ok(child)
+    }
+
+    /// Waits for the child, killing its group at the time limit.
+    fn wait(&self, child: &mut Child, pgid: i32, started: Instant) -> ChildExit {
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    return match (status.code(), status.signal()) {
+                        (Some(c), _) => ChildExit::Code(c),
+                        (None, Some(s)) => ChildExit::Signal(s),
+                        (None, None) => ChildExit::Code(-1),
+                    }
+                }
+                Ok(None) if started.elapsed() > self.timeout => {
+                    // SAFETY: signals the child's own process group, created for it in `spawn`.
+                    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+                    let _ = child.wait();
+                    return ChildExit::TimedOut;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => return ChildExit::NotStarted(format!("wait failed: {e}")),
+            }
+        }
+    }
+}
+
+/// Reads a pipe to its end on a thread of its own.
+fn drain<R: Read + Send + 'static>(r: Option<R>) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = Vec::new();
+        if let Some(mut r) = r {
+            let _ = r.read_to_end(&mut s);
+        }
+        String::from_utf8_lossy(&s).into_owned()
+    })
+}
+
+/// Parses the child's stdout: one event per line; other lines are ignored (a library may print).
+pub fn parse_events(stdout: &str) -> Vec<ChildEvent> {
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<ChildEvent>(l.trim()).ok())
+        .collect()
+}
+
+/// The model's memory estimate as a trial, in this process: the events the estimate engine would
+/// print, classified as a child's would be. For tests; never the real thing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EstimateRunner;
+
+impl TrialRunner for EstimateRunner {
+    fn run(&self, request: &Request) -> TrialReport {
+        let started = Instant::now();
+        let answer = crate::estimated::answer(request);
+        assemble(
+            &answer.events,
+            ChildExit::Code(answer.exit_code),
+            &answer.stderr,
+            started.elapsed().as_secs_f64(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{BackendKind, Ceiling, Engine, TrialOutcome};
+
+    fn request(ceiling: Ceiling) -> Request {
+        let mut c = deeplab::Config::example();
+        c.model.backbone = deeplab::Backbone::Resnet18;
+        c.data.size = [128, 128];
+        Request {
+            config: c.to_toml_string(),
+            backend: BackendKind::Cpu,
+            ceiling,
+            engine: Engine::Estimate,
+            fault: None,
+        }
+    }
+
+    /// The estimate runner answers through the same classification as a child: a fit with its peak,
+    /// an OOM with the stage it reached and the refused size.
+    #[test]
+    fn the_estimate_runner_classifies_like_a_child() {
+        let fits = EstimateRunner.run(&request(Ceiling::Bytes(64 << 30)));
+        assert_eq!(fits.outcome, TrialOutcome::Fits, "{fits:?}");
+        let peak = fits.peak_bytes.unwrap();
+        assert!(peak > 10 << 20, "{peak}");
+        let oom = EstimateRunner.run(&request(Ceiling::Bytes(peak / 2)));
+        assert_eq!(oom.outcome, TrialOutcome::Oom, "{oom:?}");
+        let info = oom.oom.unwrap();
+        assert!(info.bytes.unwrap() > 0 && info.stage.is_some(), "{info:?}");
+        let bad = Request {
+            config: "[model]".into(),
+            ..request(Ceiling::None)
+        };
+        assert_eq!(EstimateRunner.run(&bad).outcome, TrialOutcome::Error);
+    }
+}

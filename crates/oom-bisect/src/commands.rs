@@ -126,17 +126,20 @@ pub fn bisect(args: &BisectArgs) -> Result<i32> {
     report_run(args, &run)
 }
 
-/// The minimal failing configuration as a file the tool accepts back, and the line that reproduces
-/// it: (path, config, reproduce line).
-fn save_minimal(run: &BisectRun) -> Result<Option<(PathBuf, toml::Table, String)>> {
+/// The minimal failing configuration as a file the tool accepts back: its path, its config, its
+/// text and the line that reproduces it. Written after the report is printed.
+struct MinimalFile {
+    path: PathBuf,
+    config: toml::Table,
+    text: String,
+    reproduce: String,
+}
+
+fn minimal_file(run: &BisectRun) -> Option<MinimalFile> {
     let (st, d) = (&run.settings, &run.diagnosis);
-    let Some(m) = &d.minimal_failing else {
-        return Ok(None);
-    };
+    let m = d.minimal_failing.as_ref()?;
     let w = &st.workload;
-    let Ok(mut c) = w.config.with_overrides(&m.candidate.to_sets()) else {
-        return Ok(None);
-    };
+    let mut c = w.config.with_overrides(&m.candidate.to_sets()).ok()?;
     // The file reproduces on its own: the backend and the ceiling in force are written in.
     c.device = deeplab::DeviceConfig {
         backend: Some(st.device.backend.name().to_string()),
@@ -156,40 +159,48 @@ fn save_minimal(run: &BisectRun) -> Result<Option<(PathBuf, toml::Table, String)
         m.candidate,
         c.to_toml_string()
     );
-    write_file(&path, &text)?;
-    let line = format!(
+    let reproduce = format!(
         "oom-bisect trial --config {} {}",
         path.display(),
         st.device.reproduce_flags()
     );
-    Ok(Some((path, c.to_table(), line)))
+    Some(MinimalFile {
+        path,
+        config: c.to_table(),
+        text,
+        reproduce,
+    })
 }
 
-/// Prints the report of a finished diagnosis, writes its JSON and the minimal failing config, and
-/// gives the exit code; shared by `bisect` and `bench`.
+/// Prints the report of a finished diagnosis, then writes its JSON and the minimal failing config
+/// (a file that cannot be written never costs the report), and gives the exit code; shared by
+/// `bisect` and `bench`.
 fn report_run(args: &BisectArgs, run: &BisectRun) -> Result<i32> {
     let (st, d) = (&run.settings, &run.diagnosis);
     let w = &st.workload;
-    let minimal = save_minimal(run)?;
+    let minimal = minimal_file(run);
     let sets: String = args
         .config
         .sets
         .iter()
         .map(|s| format!(" --set '{s}'"))
         .collect();
-    let reproduce = minimal.as_ref().map(|m| m.2.clone()).unwrap_or_else(|| {
-        let flags = st.device.reproduce_flags();
-        format!(
-            "oom-bisect trial --config {}{sets} {flags}",
-            w.path.display()
-        )
-    });
+    let reproduce = minimal
+        .as_ref()
+        .map(|m| m.reproduce.clone())
+        .unwrap_or_else(|| {
+            let flags = st.device.reproduce_flags();
+            format!(
+                "oom-bisect trial --config {}{sets} {flags}",
+                w.path.display()
+            )
+        });
     let cx = report::Context {
         title: output::title(&w.config),
         backend: st.device.label(),
         original_report: run.reports.get(&(Candidate::original(), 0)),
-        minimal_path: minimal.as_ref().map(|m| m.0.display().to_string()),
-        minimal_config: minimal.map(|m| m.1),
+        minimal_path: minimal.as_ref().map(|m| m.path.display().to_string()),
+        minimal_config: minimal.as_ref().map(|m| m.config.clone()),
         reproduce: Some(reproduce),
         journal: Some(run.journal.display().to_string()),
         resumed: run.resumed,
@@ -197,6 +208,11 @@ fn report_run(args: &BisectArgs, run: &BisectRun) -> Result<i32> {
         fake: st.device.engine == oom_trial::Engine::Estimate,
     };
     print!("{}", report::text(d, &cx));
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    if let Some(m) = &minimal {
+        write_file(&m.path, &m.text)?;
+    }
     if let Some(j) = &st.json {
         let v = report::json(d, &cx);
         write_file(j, &serde_json::to_string_pretty(&v).expect("json"))?;

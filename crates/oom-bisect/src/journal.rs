@@ -41,7 +41,7 @@ impl Journal {
     pub fn open(path: &Path, experiment: &str, fresh: bool) -> Result<Journal> {
         let mut file = crate::files::open_append(path)?;
         lock(&file, path)?;
-        terminate_last_line(&mut file).map_err(|e| {
+        terminate_last_line(&mut file, path).map_err(|e| {
             user(
                 code::UNWRITABLE,
                 format!("cannot write {}: {e}", path.display()),
@@ -108,13 +108,14 @@ fn lock(file: &File, path: &Path) -> Result<()> {
 }
 
 /// Ends a last line that a crash or a full disk cut short, so that the next record starts a line.
-fn terminate_last_line(file: &mut File) -> std::io::Result<()> {
+fn terminate_last_line(file: &mut File, path: &Path) -> std::io::Result<()> {
     let len = file.metadata()?.len();
     if len == 0 {
         return Ok(());
     }
     let mut last = [0u8];
-    let mut reader = file.try_clone()?;
+    // The append handle cannot read: a reader of its own.
+    let mut reader = File::open(path)?;
     reader.seek(SeekFrom::Start(len - 1))?;
     reader.read_exact(&mut last)?;
     if last[0] != b'\n' {

@@ -214,6 +214,31 @@ fn bad_configs_name_file_key_and_exit_code() {
             11,
             vec!["model.depth", "unknown key"],
         ),
+        // Huge values are refused with what is allowed, before anything is built.
+        (
+            good.clone(),
+            vec!["--set", "data.batch=1000000000000"],
+            11,
+            vec!["data.batch", "at most 65536"],
+        ),
+        (
+            good.clone(),
+            vec!["--set", "data.size=[32, 4611686018427387904]"],
+            11,
+            vec!["data.size", "at most"],
+        ),
+        (
+            good.clone(),
+            vec!["--set", "model.aspp_channels=100000000000"],
+            11,
+            vec!["model.aspp_channels", "at most"],
+        ),
+        (
+            good.clone(),
+            vec!["--trial-timeout", "99999999999999999999"],
+            2,
+            vec!["trial-timeout"],
+        ),
         (
             good.clone(),
             vec!["--memory-limit", "24 parsecs", "--backend", "cpu"],
@@ -490,6 +515,14 @@ fn max_time_reports_what_was_measured_and_rejects_bad_durations() {
     let (o, _, _) = fake_forum("bisect", "maxtime-bad", &["--max-time", "5 parsecs"]);
     assert_eq!(code(&o), 2, "{}", text(&o));
     assert!(text(&o).contains("use s, m or h"), "{}", text(&o));
+    // A duration past what `Duration` holds is a usage error, not a panic.
+    let (o, _, _) = fake_forum(
+        "bisect",
+        "maxtime-huge",
+        &["--max-time", "99999999999999999999"],
+    );
+    assert_eq!(code(&o), 2, "{}", text(&o));
+    assert!(text(&o).contains("at most 7 days") && !text(&o).contains("panicked"));
 }
 
 #[test]

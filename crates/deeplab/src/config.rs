@@ -536,8 +536,34 @@ impl Config {
     }
 }
 
+/// Upper bounds: far above any real training run, low enough that no product of them overflows and
+/// no axis of the search grows past a few thousand values.
+pub const MAX_CLASSES: usize = 100_000;
+pub const MAX_CHANNELS: usize = 65_536;
+pub const MAX_RATE: usize = 1_024;
+pub const MAX_BATCH: usize = 65_536;
+pub const MAX_SIDE: usize = 65_536;
+pub const MAX_STEPS: usize = 1_000;
+
+/// `value` at most `max`, or an error naming the key and what is allowed.
+fn at_most(key: &str, value: usize, max: usize) -> Result<(), ConfigError> {
+    if value > max {
+        return Err(ConfigError::new(
+            key,
+            format!("{value} is too large (allowed: at most {max})"),
+        ));
+    }
+    Ok(())
+}
+
 impl ModelConfig {
     fn validate(&self) -> Result<(), ConfigError> {
+        at_most("model.classes", self.classes, MAX_CLASSES)?;
+        at_most("model.aspp_channels", self.aspp_channels, MAX_CHANNELS)?;
+        at_most("model.attention_heads", self.attention_heads, MAX_CHANNELS)?;
+        for r in self.aspp_rates.unwrap_or([1; 3]) {
+            at_most("model.aspp_rates", r, MAX_RATE)?;
+        }
         if ![8, 16, 32].contains(&self.output_stride) {
             return Err(ConfigError::new(
                 "model.output_stride",
@@ -575,6 +601,8 @@ impl ModelConfig {
 
 impl DataConfig {
     fn validate(&self, output_stride: usize) -> Result<(), ConfigError> {
+        at_most("data.batch", self.batch, MAX_BATCH)?;
+        at_most("data.size", self.size[0].max(self.size[1]), MAX_SIDE)?;
         if self.batch == 0 {
             return Err(ConfigError::new("data.batch", "must be at least 1"));
         }
@@ -598,6 +626,7 @@ impl DataConfig {
 
 impl TrainConfig {
     fn validate(&self) -> Result<(), ConfigError> {
+        at_most("train.steps", self.steps, MAX_STEPS)?;
         if self.steps == 0 {
             return Err(ConfigError::new("train.steps", "must be at least 1"));
         }

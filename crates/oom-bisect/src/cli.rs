@@ -80,8 +80,9 @@ pub struct DeviceArgs {
     /// Ceiling of a known card, e.g. rtx3090; `--gpu help` lists them
     #[arg(long, value_name = "NAME", group = "ceiling")]
     pub gpu: Option<String>,
-    /// Seconds before a trial is killed and counted as a timeout
-    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    /// Seconds before a trial is killed and counted as a timeout (at most a week)
+    #[arg(long, value_name = "SECONDS", default_value_t = 600,
+          value_parser = clap::value_parser!(u64).range(1..=7 * 24 * 3600))]
     pub trial_timeout: u64,
     /// Internal: answer trials from the analytic estimate instead of running them (tests)
     #[arg(long, hide = true)]
@@ -196,10 +197,21 @@ pub fn parse_duration(v: &str) -> Result<std::time::Duration, String> {
             ))
         }
     };
-    match num.trim().parse::<f64>() {
-        Ok(n) if n.is_finite() && n >= 0.0 => Ok(std::time::Duration::from_secs_f64(n * scale)),
-        _ => Err(format!(
+    let n = num
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|n| n.is_finite() && *n >= 0.0);
+    let Some(n) = n else {
+        return Err(format!(
             "{v:?} is not a duration: use e.g. 90s, 15m, 1h or plain seconds"
+        ));
+    };
+    // A week is more than any diagnosis needs, and far from where durations overflow.
+    match std::time::Duration::try_from_secs_f64(n * scale) {
+        Ok(d) if d.as_secs() <= 7 * 24 * 3600 => Ok(d),
+        _ => Err(format!(
+            "{v:?} is too long (allowed: at most 7 days, e.g. 168h)"
         )),
     }
 }

@@ -247,15 +247,20 @@ struct Widths {
     logits_stride: usize,
 }
 
-fn widths(m: &ModelConfig, swapped: &dyn Fn(&str) -> bool) -> Widths {
-    let expansion = m.backbone.expansion();
-    // With every branch swapped nothing feeds the projection: the ASPP as a whole is identity.
-    let aspp_passes = swapped(ASPP)
+/// Whether the ASPP passes its input through: swapped as a whole, or every branch swapped (then
+/// nothing feeds the projection).
+fn aspp_passes(swapped: &dyn Fn(&str) -> bool) -> bool {
+    swapped(ASPP)
         || ASPP_BRANCHES
             .iter()
             .chain(std::iter::once(&ASPP_POOL))
-            .all(|id| swapped(id));
-    let aspp_out = if aspp_passes {
+            .all(|id| swapped(id))
+}
+
+fn widths(m: &ModelConfig, swapped: &dyn Fn(&str) -> bool) -> Widths {
+    let expansion = m.backbone.expansion();
+    // With every branch swapped nothing feeds the projection: the ASPP as a whole is identity.
+    let aspp_out = if aspp_passes(swapped) {
         512 * expansion
     } else {
         m.aspp_channels
@@ -351,11 +356,7 @@ impl Architecture {
 
     /// Whether the ASPP passes its input through: swapped as a whole, or every branch swapped.
     pub fn aspp_is_identity(&self) -> bool {
-        self.is_identity(ASPP)
-            || ASPP_BRANCHES
-                .iter()
-                .chain(std::iter::once(&ASPP_POOL))
-                .all(|id| self.is_identity(id))
+        aspp_passes(&|id| self.is_identity(id))
     }
 
     /// Whether module `id` is built: it is not swapped, and nothing that contains it is.

@@ -67,7 +67,7 @@ pub struct MemoryEstimate {
 }
 
 /// Bytes of one element at the configured precision.
-pub fn dtype_bytes(p: Precision) -> u64 {
+fn dtype_bytes(p: Precision) -> u64 {
     match p {
         Precision::F32 => 4,
         Precision::F16 | Precision::Bf16 => 2,
@@ -80,13 +80,18 @@ impl Architecture {
         layers(self).iter().map(|l| l.params).sum()
     }
 
-    /// Trainable parameters of module `id` and everything inside it (0 when it is swapped).
-    pub fn params_of(&self, id: &str) -> u64 {
-        layers(self)
+    /// Trainable parameters of every module id (its own and everything inside it; 0 when swapped),
+    /// from one walk of the layers.
+    pub fn params_by_module(&self) -> Vec<(String, u64)> {
+        let all = layers(self);
+        let of = |id: &str| {
+            let inside = all.iter().filter(|l| ids::within(&l.module, id));
+            inside.map(|l| l.params).sum()
+        };
+        self.modules
             .iter()
-            .filter(|l| ids::within(&l.module, id))
-            .map(|l| l.params)
-            .sum()
+            .map(|m| (m.id.clone(), of(&m.id)))
+            .collect()
     }
 
     /// What one training step of `config` holds (see the module documentation).

@@ -14,6 +14,6 @@ pub use config::{
     Backbone, Config, ConfigError, DataConfig, DeviceConfig, LossResolution, ModelConfig,
     Optimizer, Phase, Precision, TrainConfig,
 };
-pub use estimate::{dtype_bytes, Breakdown, MemoryEstimate, StageEstimate};
+pub use estimate::{Breakdown, MemoryEstimate, StageEstimate};
 pub use model::DeepLabV3Plus;
 pub use train::{Point, StepResult, Trainer};

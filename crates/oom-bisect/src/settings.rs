@@ -158,40 +158,62 @@ fn resolve_backend(
     }
 }
 
-/// Where a ceiling came from: a flag or a config key, and its text.
-struct CeilingSource {
-    key: &'static str,
-    value: String,
+/// The three ways to give a ceiling, with their flag and their config key.
+#[derive(Clone, Copy)]
+enum CeilingKind {
+    Limit,
+    Fraction,
+    Gpu,
+}
+
+impl CeilingKind {
+    const ALL: [CeilingKind; 3] = [CeilingKind::Limit, CeilingKind::Fraction, CeilingKind::Gpu];
+
+    fn flag(self) -> &'static str {
+        match self {
+            CeilingKind::Limit => "--memory-limit",
+            CeilingKind::Fraction => "--memory-fraction",
+            CeilingKind::Gpu => "--gpu",
+        }
+    }
+
+    fn key(self) -> &'static str {
+        match self {
+            CeilingKind::Limit => "device.memory_limit",
+            CeilingKind::Fraction => "device.memory_fraction",
+            CeilingKind::Gpu => "device.gpu",
+        }
+    }
+
+    /// What the flags and the file say for this kind.
+    fn given(self, args: &DeviceArgs, file: &deeplab::DeviceConfig) -> [Option<String>; 2] {
+        match self {
+            CeilingKind::Limit => [args.memory_limit.clone(), file.memory_limit.clone()],
+            CeilingKind::Fraction => [
+                args.memory_fraction.map(|f| f.to_string()),
+                file.memory_fraction.map(|f| f.to_string()),
+            ],
+            CeilingKind::Gpu => [args.gpu.clone(), file.gpu.clone()],
+        }
+    }
 }
 
 /// The ceiling the user asked for: a flag (they exclude each other) over the file's one key.
 fn choose_ceiling(args: &DeviceArgs, config: &Config) -> Result<(Ceiling, Option<String>)> {
-    let file = &config.device;
-    let src = |key, value: Option<String>| value.map(|value| CeilingSource { key, value });
-    let given: Vec<CeilingSource> = [
-        src("--memory-limit", args.memory_limit.clone()),
-        src(
-            "--memory-fraction",
-            args.memory_fraction.map(|f| f.to_string()),
-        ),
-        src("--gpu", args.gpu.clone()),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    let from_file: Vec<CeilingSource> = [
-        src("device.memory_limit", file.memory_limit.clone()),
-        src(
-            "device.memory_fraction",
-            file.memory_fraction.map(|f| f.to_string()),
-        ),
-        src("device.gpu", file.gpu.clone()),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    if given.is_empty() && from_file.len() > 1 {
-        let keys: Vec<&str> = from_file.iter().map(|s| s.key).collect();
+    let given = |from: usize| -> Vec<(CeilingKind, String, &'static str)> {
+        CeilingKind::ALL
+            .into_iter()
+            .filter_map(|k| {
+                let name = if from == 0 { k.flag() } else { k.key() };
+                k.given(args, &config.device)[from]
+                    .clone()
+                    .map(|v| (k, v, name))
+            })
+            .collect()
+    };
+    let (flags, file) = (given(0), given(1));
+    if flags.is_empty() && file.len() > 1 {
+        let keys: Vec<&str> = file.iter().map(|s| s.2).collect();
         return Err(user(
             code::CONFIG_INVALID,
             format!(
@@ -200,31 +222,27 @@ fn choose_ceiling(args: &DeviceArgs, config: &Config) -> Result<(Ceiling, Option
             ),
         ));
     }
-    match given.into_iter().next().or(from_file.into_iter().next()) {
+    match flags.into_iter().next().or(file.into_iter().next()) {
         None => Ok((Ceiling::None, None)),
-        Some(s) => parse_ceiling(&s).map(|(c, flag)| (c, Some(format!("{flag} {}", s.value)))),
+        Some((kind, value, name)) => {
+            let c = parse_ceiling(kind, &value, name)?;
+            Ok((c, Some(format!("{} {value}", kind.flag()))))
+        }
     }
 }
 
-/// One ceiling source parsed, with the flag that gives it on the command line.
-fn parse_ceiling(s: &CeilingSource) -> Result<(Ceiling, &'static str)> {
-    let bad = |m: String| user(code::BAD_CEILING, format!("{}: {m}", s.key));
-    match s.key {
-        "--memory-limit" | "device.memory_limit" => {
-            let b = parse_size(&s.value).map_err(bad)?;
-            Ok((Ceiling::Bytes(b), "--memory-limit"))
-        }
-        "--memory-fraction" | "device.memory_fraction" => match s.value.parse::<f64>() {
-            Ok(f) if f > 0.0 && f <= 1.0 => Ok((Ceiling::Fraction(f), "--memory-fraction")),
-            _ => Err(bad(format!("{} is not in (0, 1]", s.value))),
+/// One ceiling parsed; errors name where it came from (`name`: the flag or the config key).
+fn parse_ceiling(kind: CeilingKind, value: &str, name: &str) -> Result<Ceiling> {
+    let bad = |m: String| user(code::BAD_CEILING, format!("{name}: {m}"));
+    match kind {
+        CeilingKind::Limit => Ok(Ceiling::Bytes(parse_size(value).map_err(bad)?)),
+        CeilingKind::Fraction => match value.parse::<f64>() {
+            Ok(f) if f > 0.0 && f <= 1.0 => Ok(Ceiling::Fraction(f)),
+            _ => Err(bad(format!("{value} is not in (0, 1]"))),
         },
-        _ => match gpus::lookup(&s.value) {
-            Some((b, _)) => Ok((Ceiling::Bytes(b), "--gpu")),
-            None => Err(bad(format!(
-                "unknown card `{}`\n{}",
-                s.value,
-                gpus::table()
-            ))),
+        CeilingKind::Gpu => match gpus::lookup(value) {
+            Some((b, _)) => Ok(Ceiling::Bytes(b)),
+            None => Err(bad(format!("unknown card `{value}`\n{}", gpus::table()))),
         },
     }
 }

@@ -32,18 +32,14 @@ fn modules(arch: &Architecture) -> String {
         "  {:<24} {:>11}  {:<40} swappable\n",
         "id", "params", "kind"
     );
-    for m in &arch.modules {
+    let params = arch.params_by_module();
+    for (m, (_, p)) in arch.modules.iter().zip(&params) {
         let swappable = match (&m.not_swappable, arch.is_identity(&m.id)) {
             (_, true) => "SWAPPED for identity".to_string(),
             (None, false) => "yes".to_string(),
             (Some(why), false) => format!("no: {why}"),
         };
-        s += &format!(
-            "  {:<24} {:>11}  {:<40} {swappable}\n",
-            m.id,
-            arch.params_of(&m.id),
-            m.kind
-        );
+        s += &format!("  {:<24} {:>11}  {:<40} {swappable}\n", m.id, p, m.kind);
     }
     s
 }

@@ -3,7 +3,7 @@
 //! is built from this, and `inspect` prints it.
 
 use crate::blocks::BlockSpec;
-use crate::config::{Backbone, Config, ConfigError, ModelConfig};
+use crate::config::{Backbone, Config, ConfigError, MemoryModel, ModelConfig};
 
 /// One entry of the module tree, with the dotted id users type in `identity = [..]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +42,8 @@ pub struct Architecture {
     pub logits_stride: usize,
     /// Channels of layer3's output (input of the auxiliary head).
     pub layer3_out: usize,
+    /// Whose memory behaviour the model reproduces in training (`device.memory_model`).
+    pub memory_model: MemoryModel,
 }
 
 /// Every module and stage id users type, torchvision's dotted names: the one place they are spelled.
@@ -347,6 +349,19 @@ impl Architecture {
             low_level: wd.low_level,
             decoder_out: wd.decoder_out,
             logits_stride: wd.logits_stride,
+            memory_model: config.device.memory_model(),
+        })
+    }
+
+    /// Why PyTorch would refuse to train this configuration where burn trains it, under the pytorch
+    /// memory model: at batch 1 the BatchNorm of the ASPP's image pooling sees one value per channel.
+    pub fn pytorch_refusal(&self) -> Option<String> {
+        let pooled = !self.aspp_is_identity() && self.present(ASPP_POOL);
+        (self.memory_model == MemoryModel::Pytorch && self.batch == 1 && pooled).then(|| {
+            format!(
+                "PyTorch refuses to train this: at batch 1 the BatchNorm of {ASPP_POOL} sees one value \
+                 per channel (\"Expected more than 1 value per channel when training\"); burn trains it"
+            )
         })
     }
 

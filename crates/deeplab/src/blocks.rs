@@ -4,10 +4,11 @@
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::{BatchNorm, BatchNormConfig, PaddingConfig2d};
 use burn::prelude::*;
-use burn::tensor::activation::relu;
+use burn::tensor::TensorPrimitive;
 use std::cell::Cell;
 
-use crate::config::BatchNormKind;
+use crate::config::{BatchNormKind, MemoryModel};
+use crate::pytorch::PytorchOps;
 
 /// A bias-free convolution, as every convolution followed by BatchNorm in torchvision.
 pub fn conv(
@@ -26,43 +27,115 @@ pub fn conv(
         .with_bias(false)
 }
 
-thread_local! {
-    /// The `model.batch_norm` of the model being built on this thread (see `building_with`).
-    static LEAN_BATCH_NORM: Cell<bool> = const { Cell::new(false) };
+/// How BatchNorm (and the ReLU after it) is computed in training.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NormKind {
+    /// burn-nn's module; ReLU as burn computes it.
+    #[default]
+    Burn,
+    /// `model.batch_norm = "lean"` under the burn memory model.
+    Lean,
+    /// PyTorch's (see [`crate::pytorch`]).
+    Pytorch,
 }
 
-/// Runs `build` with every `bn` it creates lean (or not): the model reads `model.batch_norm` once,
-/// here, instead of threading it through every block's constructor.
-pub(crate) fn building_with<T>(kind: BatchNormKind, build: impl FnOnce() -> T) -> T {
-    let before = LEAN_BATCH_NORM.replace(kind == BatchNormKind::Lean);
+impl NormKind {
+    pub fn of(batch_norm: BatchNormKind, memory: MemoryModel) -> NormKind {
+        match (memory, batch_norm) {
+            (MemoryModel::Pytorch, _) => NormKind::Pytorch,
+            (MemoryModel::Burn, BatchNormKind::Burn) => NormKind::Burn,
+            (MemoryModel::Burn, BatchNormKind::Lean) => NormKind::Lean,
+        }
+    }
+
+    fn memory_model(self) -> MemoryModel {
+        match self {
+            NormKind::Pytorch => MemoryModel::Pytorch,
+            NormKind::Burn | NormKind::Lean => MemoryModel::Burn,
+        }
+    }
+}
+
+thread_local! {
+    /// How the model being built on this thread computes BatchNorm (see `building_with`).
+    static NORM_KIND: Cell<NormKind> = const { Cell::new(NormKind::Burn) };
+}
+
+/// Runs `build` with every `bn` it creates of `kind`: the model reads its options once, here,
+/// instead of threading them through every block's constructor.
+pub(crate) fn building_with<T>(kind: NormKind, build: impl FnOnce() -> T) -> T {
+    let before = NORM_KIND.replace(kind);
     let out = build();
-    LEAN_BATCH_NORM.set(before);
+    NORM_KIND.set(before);
     out
 }
 
 pub fn bn<B: Backend>(channels: usize, device: &B::Device) -> Norm<B> {
     Norm {
         bn: BatchNormConfig::new(channels).init(device),
-        lean: LEAN_BATCH_NORM.get(),
+        kind: NORM_KIND.get(),
     }
 }
 
 /// torchvision's `BatchNorm2d`: burn-nn's module (its parameters, running statistics and
-/// inference path), trained either as burn-nn computes it or written lean (`model.batch_norm`).
+/// inference path), trained as burn-nn computes it, lean, or as PyTorch keeps it (see [`NormKind`]).
 #[derive(Module, Debug)]
 pub struct Norm<B: Backend> {
     pub bn: BatchNorm<B>,
     #[module(skip)]
-    pub lean: bool,
+    pub kind: NormKind,
 }
 
-impl<B: Backend> Norm<B> {
+impl<B: PytorchOps> Norm<B> {
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
-        if self.lean && B::ad_enabled(&x.device()) {
-            self.forward_lean(x)
-        } else {
-            self.bn.forward(x)
+        if !B::ad_enabled(&x.device()) {
+            return self.bn.forward(x);
         }
+        match self.kind {
+            NormKind::Burn => self.bn.forward(x),
+            NormKind::Lean => self.forward_lean(x),
+            NormKind::Pytorch => self.forward_pytorch(x),
+        }
+    }
+
+    /// The ReLU that follows this BatchNorm (or a residual sum after it), as its memory model keeps it.
+    pub fn relu(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        crate::pytorch::relu(x, self.kind.memory_model())
+    }
+
+    /// One backward node keeping the input and per-channel statistics (see [`crate::pytorch`]).
+    fn forward_pytorch(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        let bn = &self.bn;
+        let (y, mean, var) = B::batch_norm_train(
+            x.into_primitive().tensor(),
+            bn.gamma.val().into_primitive().tensor(),
+            bn.beta.val().into_primitive().tensor(),
+            bn.epsilon,
+        );
+        let stat = |t| Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t));
+        self.update_running(stat(mean), stat(var));
+        Tensor::from_primitive(TensorPrimitive::Float(y))
+    }
+
+    /// burn-nn's running-statistics update, from this batch's mean and biased variance `[C]`.
+    fn update_running(&self, mean: Tensor<B, 1>, var: Tensor<B, 1>) {
+        let bn = &self.bn;
+        let m = bn.momentum;
+        let device = mean.device();
+        let running_mean = bn.running_mean.value_sync().to_device(&device);
+        let running_var = bn.running_var.value_sync().to_device(&device);
+        bn.running_mean.update(
+            running_mean
+                .mul_scalar(1.0 - m)
+                .add(mean.detach().mul_scalar(m))
+                .detach(),
+        );
+        bn.running_var.update(
+            running_var
+                .mul_scalar(1.0 - m)
+                .add(var.detach().mul_scalar(m))
+                .detach(),
+        );
     }
 
     /// burn-nn's training forward computes `x − mean` twice and keeps three input-sized tensors for
@@ -82,22 +155,7 @@ impl<B: Backend> Norm<B> {
         let mean = per_channel(x.clone());
         let centred = x - mean.clone();
         let var = per_channel(centred.clone().powi_scalar(2));
-        let device = centred.device();
-        let m = bn.momentum;
-        let running_mean = bn.running_mean.value_sync().to_device(&device);
-        let running_var = bn.running_var.value_sync().to_device(&device);
-        bn.running_mean.update(
-            running_mean
-                .mul_scalar(1.0 - m)
-                .add(mean.detach().mul_scalar(m).reshape([c]))
-                .detach(),
-        );
-        bn.running_var.update(
-            running_var
-                .mul_scalar(1.0 - m)
-                .add(var.clone().detach().mul_scalar(m).reshape([c]))
-                .detach(),
-        );
+        self.update_running(mean.reshape([c]), var.clone().reshape([c]));
         let scale = bn.gamma.val().reshape([1, c, 1, 1]) / (var + bn.epsilon).sqrt();
         centred * scale + bn.beta.val().reshape([1, c, 1, 1])
     }
@@ -110,7 +168,7 @@ pub struct ConvBnRelu<B: Backend> {
     pub bn: Norm<B>,
 }
 
-impl<B: Backend> ConvBnRelu<B> {
+impl<B: PytorchOps> ConvBnRelu<B> {
     pub fn new(config: Conv2dConfig, device: &B::Device) -> Self {
         let out = config.channels[1];
         ConvBnRelu {
@@ -120,7 +178,7 @@ impl<B: Backend> ConvBnRelu<B> {
     }
 
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
-        relu(self.bn.forward(self.conv.forward(x)))
+        self.bn.relu(self.bn.forward(self.conv.forward(x)))
     }
 }
 
@@ -141,7 +199,7 @@ pub enum Conv3x3<B: Backend> {
     Separable(SeparableConv<B>),
 }
 
-impl<B: Backend> Conv3x3<B> {
+impl<B: PytorchOps> Conv3x3<B> {
     pub fn new(channels: [usize; 2], dilation: usize, separable: bool, device: &B::Device) -> Self {
         let [cin, cout] = channels;
         if separable {
@@ -172,7 +230,7 @@ pub struct Downsample<B: Backend> {
     pub bn: Norm<B>,
 }
 
-impl<B: Backend> Downsample<B> {
+impl<B: PytorchOps> Downsample<B> {
     fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         self.bn.forward(self.conv.forward(x))
     }
@@ -218,7 +276,7 @@ pub enum Block<B: Backend> {
     Bottleneck(Bottleneck<B>),
 }
 
-impl<B: Backend> Block<B> {
+impl<B: PytorchOps> Block<B> {
     pub fn new(spec: BlockSpec, bottleneck: bool, device: &B::Device) -> Self {
         let BlockSpec {
             inplanes,
@@ -260,19 +318,19 @@ impl<B: Backend> Block<B> {
                     Some(d) => d.forward(x.clone()),
                     None => x.clone(),
                 };
-                let out = relu(b.bn1.forward(b.conv1.forward(x)));
+                let out = b.bn1.relu(b.bn1.forward(b.conv1.forward(x)));
                 let out = b.bn2.forward(b.conv2.forward(out));
-                relu(out + identity)
+                b.bn2.relu(out + identity)
             }
             Block::Bottleneck(b) => {
                 let identity = match &b.downsample {
                     Some(d) => d.forward(x.clone()),
                     None => x.clone(),
                 };
-                let out = relu(b.bn1.forward(b.conv1.forward(x)));
-                let out = relu(b.bn2.forward(b.conv2.forward(out)));
+                let out = b.bn1.relu(b.bn1.forward(b.conv1.forward(x)));
+                let out = b.bn2.relu(b.bn2.forward(b.conv2.forward(out)));
                 let out = b.bn3.forward(b.conv3.forward(out));
-                relu(out + identity)
+                b.bn3.relu(out + identity)
             }
         }
     }
@@ -286,46 +344,65 @@ mod tests {
 
     type B = Autodiff<Flex>;
 
-    /// Lean and burn-nn BatchNorm: same output, same input and parameter gradients, same running
-    /// statistics afterwards.
+    fn max<const D: usize>(t: Tensor<Flex, D>) -> f32 {
+        t.abs().max().into_scalar()
+    }
+
+    /// Lean, PyTorch's and burn-nn's BatchNorm (each followed by its ReLU): same output, same input
+    /// and parameter gradients, same running statistics afterwards.
     #[test]
-    fn lean_batch_norm_computes_what_burn_nn_does() {
+    fn every_batch_norm_computes_what_burn_nn_does() {
         let device = Default::default();
         let base: BatchNorm<B> = BatchNormConfig::new(6).init(&device);
-        let plain = Norm {
-            bn: base.clone(),
-            lean: false,
-        };
-        // Its own copy (a loaded record), so that each updates its own running statistics.
-        let lean = Norm {
+        // Each its own copy (a loaded record), so that each updates its own running statistics.
+        let norm = |kind| Norm {
             bn: BatchNormConfig::new(6)
                 .init::<B>(&device)
                 .load_record(base.clone().into_record()),
-            lean: true,
+            kind,
         };
         let x = Tensor::<B, 4>::random([3, 6, 5, 4], Distribution::Normal(1.0, 2.0), &device);
         let r = Tensor::<B, 4>::random([3, 6, 5, 4], Distribution::Default, &device);
-        let (xa, xb) = (x.clone().detach().require_grad(), x.detach().require_grad());
-        let (ya, yb) = (plain.forward(xa.clone()), lean.forward(xb.clone()));
-        let max = |t: Tensor<Flex, 4>| -> f32 { t.abs().max().into_scalar() };
-        assert!(max((ya.clone() - yb.clone()).inner()) < 1e-5);
-        let (ga, gb) = ((ya * r.clone()).sum().backward(), (yb * r).sum().backward());
-        let dx = xa.grad(&ga).unwrap() - xb.grad(&gb).unwrap();
-        assert!(max(dx) < 1e-5);
-        let dgamma = plain.bn.gamma.grad(&ga).unwrap() - lean.bn.gamma.grad(&gb).unwrap();
-        let v: f32 = dgamma.abs().max().into_scalar();
-        assert!(v < 1e-4, "{v}");
-        for (a, b) in [
-            (&plain.bn.running_mean, &lean.bn.running_mean),
-            (&plain.bn.running_var, &lean.bn.running_var),
-        ] {
-            let d: f32 = (a.value_sync() - b.value_sync()).abs().max().into_scalar();
-            assert!(d < 1e-5, "running statistics differ by {d}");
+        let run = |n: &Norm<B>| {
+            let x = x.clone().detach().require_grad();
+            let y = n.relu(n.forward(x.clone()));
+            let grads = (y.clone() * r.clone()).sum().backward();
+            let g = |p: &burn::module::Param<Tensor<B, 1>>| p.grad(&grads).unwrap();
+            (
+                y.inner(),
+                x.grad(&grads).unwrap(),
+                g(&n.bn.gamma),
+                g(&n.bn.beta),
+            )
+        };
+        let plain = norm(NormKind::Burn);
+        let want = run(&plain);
+        for kind in [NormKind::Lean, NormKind::Pytorch] {
+            let n = norm(kind);
+            let got = run(&n);
+            assert!(max(want.0.clone() - got.0) < 1e-5, "{kind:?}: output");
+            assert!(
+                max(want.1.clone() - got.1) < 1e-5,
+                "{kind:?}: input gradient"
+            );
+            assert!(
+                max(want.2.clone() - got.2) < 1e-4,
+                "{kind:?}: gamma gradient"
+            );
+            assert!(
+                max(want.3.clone() - got.3) < 1e-4,
+                "{kind:?}: beta gradient"
+            );
+            for (a, b) in [
+                (&plain.bn.running_mean, &n.bn.running_mean),
+                (&plain.bn.running_var, &n.bn.running_var),
+            ] {
+                let d: f32 = (a.value_sync() - b.value_sync()).abs().max().into_scalar();
+                assert!(d < 1e-5, "{kind:?}: running statistics differ by {d}");
+            }
+            // Updated (the input's mean is about 1, the initial running mean 0).
+            let m: f32 = n.bn.running_mean.value_sync().mean().into_scalar();
+            assert!(m > 0.05, "{kind:?}: {m}");
         }
-        // Both were updated (the input's mean is about 1, the initial running mean 0).
-        let m: f32 = lean.bn.running_mean.value_sync().mean().into_scalar();
-        assert!(m > 0.05, "{m}");
-        let m: f32 = plain.bn.running_mean.value_sync().mean().into_scalar();
-        assert!(m > 0.05, "{m}");
     }
 }

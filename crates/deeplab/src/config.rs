@@ -268,14 +268,60 @@ pub struct DeviceConfig {
     /// `cuda` or `cpu`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<String>,
-    /// A size such as `24GiB`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// A size such as `24GiB`, or bytes (a string or an integer).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "size_or_bytes"
+    )]
     pub memory_limit: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_fraction: Option<f64>,
     /// A card name from `--gpu help`, e.g. `rtx3090`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<String>,
+    /// Whose memory behaviour the trials reproduce (absent: PyTorch's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_model: Option<MemoryModel>,
+}
+
+/// Whose memory behaviour a trial reproduces: the same network, function and gradients either way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemoryModel {
+    /// What PyTorch keeps for backward (BatchNorm its input, ReLU its output, resize and dropout
+    /// what PyTorch's kernels keep) and, on CUDA, an allocator that rounds, splits and releases
+    /// cached blocks before giving up, as PyTorch's caching allocator does.
+    #[default]
+    Pytorch,
+    /// What a burn 0.21 training run does: burn-nn's layers and cubecl's stock memory pools.
+    Burn,
+}
+
+impl MemoryModel {
+    pub fn name(self) -> &'static str {
+        match self {
+            MemoryModel::Pytorch => "pytorch",
+            MemoryModel::Burn => "burn",
+        }
+    }
+}
+
+/// `memory_limit = "24GiB"` or `memory_limit = 25769803776`: the text either way.
+fn size_or_bytes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Size {
+        Text(String),
+        Bytes(u64),
+    }
+    match Size::deserialize(d) {
+        Ok(Size::Text(t)) => Ok(Some(t)),
+        Ok(Size::Bytes(b)) => Ok(Some(b.to_string())),
+        Err(_) => Err(serde::de::Error::custom(
+            "expected a size such as \"24GiB\" or a whole number of bytes",
+        )),
+    }
 }
 
 impl DeviceConfig {
@@ -293,12 +339,32 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
+    /// Key and message are made safe to print: whatever a user typed may be echoed in them.
     pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
         ConfigError {
-            key: key.into(),
-            message: message.into(),
+            key: printable(&key.into(), 80),
+            message: printable(&message.into(), 400),
         }
     }
+}
+
+/// `text` with control and bidirectional-override characters escaped (`\u{202e}`) and cut after
+/// `max` characters, so that an error message cannot rewrite the terminal or flood it.
+pub fn printable(text: &str, max: usize) -> String {
+    let bidi = |c: char| matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    let mut out = String::new();
+    for (i, c) in text.chars().enumerate() {
+        if i == max {
+            out += &format!("… ({} characters in all)", text.chars().count());
+            break;
+        }
+        match c {
+            '\n' | '\t' => out.push(c),
+            c if c.is_control() || bidi(c) => out += &c.escape_unicode().to_string(),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 impl fmt::Display for ConfigError {
@@ -344,7 +410,13 @@ pub const KEYS: &[(&str, &[&str])] = &[
     ),
     (
         "device",
-        &["backend", "memory_limit", "memory_fraction", "gpu"],
+        &[
+            "backend",
+            "memory_limit",
+            "memory_fraction",
+            "gpu",
+            "memory_model",
+        ],
     ),
 ];
 
@@ -438,8 +510,9 @@ fn type_error(table: &toml::Table, err: toml::de::Error) -> ConfigError {
         for (key, v) in inner {
             let mut probe = Config::example().to_table();
             probe
-                .get_mut(section)
-                .and_then(|s| s.as_table_mut())
+                .entry(section.as_str())
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+                .as_table_mut()
                 .map(|s| s.insert(key.clone(), v.clone()));
             if let Err(e) = toml::Value::Table(probe).try_into::<Config>() {
                 return ConfigError::new(
@@ -452,11 +525,30 @@ fn type_error(table: &toml::Table, err: toml::de::Error) -> ConfigError {
     ConfigError::new("config", msg.trim().to_string())
 }
 
+/// ` at line L, column C` of byte `offset` in `text` (both from 1).
+fn line_column(text: &str, offset: usize) -> String {
+    let mut end = offset.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let before = &text[..end];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    format!(" at line {line}, column {column}")
+}
+
 impl Config {
     /// Parses and validates TOML text.
     pub fn from_toml_str(text: &str) -> Result<Config, ConfigError> {
         let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-            ConfigError::new("config", format!("not valid TOML: {}", e.message().trim()))
+            let at = e
+                .span()
+                .map(|s| line_column(text, s.start))
+                .unwrap_or_default();
+            ConfigError::new(
+                "config",
+                format!("not valid TOML{at}: {}", e.message().trim()),
+            )
         })?;
         Config::from_table(table)
     }
@@ -480,10 +572,14 @@ impl Config {
     }
 
     /// A canonical one-line form: two configs are the same workload iff their keys are equal.
-    /// The device section is not part of the workload.
+    /// The device section is not part of the workload, except the memory model (always spelled out,
+    /// so that an absent one and an explicit default are the same).
     pub fn canonical_key(&self) -> String {
         let mut c = self.clone();
-        c.device = DeviceConfig::default();
+        c.device = DeviceConfig {
+            memory_model: Some(self.device.memory_model()),
+            ..DeviceConfig::default()
+        };
         c.model.identity.sort();
         c.model.identity.dedup();
         if c.model.aspp_rates.is_none() {
@@ -532,7 +628,17 @@ impl Config {
         self.model.validate()?;
         self.data.validate(self.model.output_stride)?;
         self.train.validate()?;
-        self.device.validate()
+        self.device.validate()?;
+        if self.model.batch_norm != BatchNormKind::Burn
+            && self.device.memory_model() != MemoryModel::Burn
+        {
+            return Err(ConfigError::new(
+                "model.batch_norm",
+                "applies only with device.memory_model = \"burn\" (the pytorch memory model's \
+                 BatchNorm already keeps what PyTorch's keeps)",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -650,6 +756,11 @@ impl TrainConfig {
 }
 
 impl DeviceConfig {
+    /// The memory model in force (PyTorch's unless the config says otherwise).
+    pub fn memory_model(&self) -> MemoryModel {
+        self.memory_model.unwrap_or_default()
+    }
+
     fn validate(&self) -> Result<(), ConfigError> {
         if let Some(f) = self.memory_fraction {
             if !(f > 0.0 && f <= 1.0) {
@@ -797,5 +908,11 @@ size = [512, 512]
         let mut b = a.with_overrides(&["device.memory_limit=\"1GiB\""]).unwrap();
         b.model.identity.reverse();
         assert_eq!(a.canonical_key(), b.canonical_key());
+        let pytorch = a
+            .with_overrides(&["device.memory_model=\"pytorch\""])
+            .unwrap();
+        assert_eq!(a.canonical_key(), pytorch.canonical_key());
+        let burn = a.with_overrides(&["device.memory_model=\"burn\""]).unwrap();
+        assert_ne!(a.canonical_key(), burn.canonical_key());
     }
 }

@@ -5,14 +5,16 @@
 //! What each op keeps is burn 0.21's autodiff, measured op by op under the CPU counting allocator
 //! (`cargo run -p oom-trial --example saved_bytes`): a convolution keeps its input; burn-nn's
 //! BatchNorm keeps three tensors of its input's size, the lean one one; ReLU keeps its input; max
-//! pooling its input and int32 indices; dropout its input and a float mask; a matrix product both
-//! operands; cat, add and reshapes nothing. It is an estimate: `inspect` prints it, tests of the search
+//! pooling its input and int32 indices; dropout a float mask; a matrix product its tracked operands'
+//! partners (the resize, a product with constant matrices, keeps only the matrices); cat, add and
+//! reshapes nothing. Under the pytorch memory model ([`crate::pytorch`]) BatchNorm keeps its input,
+//! ReLU its output (the buffer the next convolution keeps anyway) and dropout a one-byte mask. It is an estimate: `inspect` prints it, tests of the search
 //! run on it; oom-bisect's answers come from measured trials.
 
 use crate::arch::ids::{self, block};
 use crate::arch::Architecture;
 use crate::blocks::BlockSpec;
-use crate::config::{BatchNormKind, Config, Optimizer, Phase, Precision};
+use crate::config::{BatchNormKind, Config, MemoryModel, Optimizer, Phase, Precision};
 
 /// One layer: what it keeps for backward, what it outputs and what it learns, in elements.
 #[derive(Debug, Clone, PartialEq)]
@@ -204,19 +206,24 @@ struct Walk<'a> {
     arch: &'a Architecture,
     /// Tensors of the input's size BatchNorm keeps for backward.
     bn: u64,
+    /// PyTorch's ops: ReLU keeps its output, resize keeps nothing, dropout a bool mask.
+    pytorch: bool,
     out: Vec<Layer>,
 }
 
 /// Every layer of the model in forward order (also the ones past the truncation point, which are
 /// built and carry parameters; [`Architecture::runs`] says which run).
 fn layers(arch: &Architecture) -> Vec<Layer> {
+    let pytorch = arch.memory_model == MemoryModel::Pytorch;
     let bn = match arch.config.batch_norm {
+        _ if pytorch => 1,
         BatchNormKind::Burn => 3,
         BatchNormKind::Lean => 1,
     };
     let mut w = Walk {
         arch,
         bn,
+        pytorch,
         out: vec![],
     };
     w.stem();
@@ -248,18 +255,36 @@ impl Walk<'_> {
         });
     }
 
-    /// conv (keeps `input` unless `shared`) → BatchNorm → ReLU, `cout` channels at `px` pixels.
+    /// What a ReLU keeps beyond what its consumer keeps, per element of its output: burn keeps its
+    /// input, a buffer of its own; PyTorch its output, which a convolution after it keeps anyway
+    /// (`to_conv`) and which is otherwise its own (before a cat or dropout).
+    fn relu(&self, to_conv: bool) -> u64 {
+        u64::from(!(self.pytorch && to_conv))
+    }
+
+    /// conv (keeps `input`) → BatchNorm → ReLU, `cout` channels at `px` pixels; `to_conv` when a
+    /// convolution keeps the ReLU's output next.
     fn conv_bn_relu(
         &mut self,
         at: (usize, &str),
-        conv_params: u64,
-        input: u64,
-        cout: u64,
-        px: u64,
+        conv: (u64, u64),
+        out: (u64, u64),
+        to_conv: bool,
     ) {
+        let ((conv_params, input), (cout, px)) = (conv, out);
         let out = cout * px;
-        let saved = input + self.bn * out + out;
+        let saved = input + (self.bn + self.relu(to_conv)) * out;
         self.push(at.0, at.1, saved, out, conv_params + 2 * cout);
+    }
+
+    /// Dropout on `n` elements: burn keeps a float mask, PyTorch a one-byte mask (counted in f32
+    /// elements).
+    fn dropout(&self, n: u64) -> u64 {
+        if self.pytorch {
+            n.div_ceil(4)
+        } else {
+            n
+        }
     }
 
     /// conv 7×7/2 → BN → ReLU → max pool 3×3/2. The conv's input is the batch (held anyway).
@@ -267,7 +292,7 @@ impl Walk<'_> {
         let s = self.stage(ids::STEM);
         let px4 = pixels(self.arch.stages[s].shape);
         let px2 = 4 * px4;
-        self.conv_bn_relu((s, ids::CONV1), 3 * 64 * 49, 0, 64, px2);
+        self.conv_bn_relu((s, ids::CONV1), (3 * 64 * 49, 0), (64, px2), true);
         // Max pooling keeps its input (the ReLU's output) and int32 indices.
         self.push(s, ids::MAXPOOL, 64 * px2 + 64 * px4, 64 * px4, 0);
     }
@@ -297,26 +322,27 @@ impl Walk<'_> {
         let [px_in, px_out] = px;
         let (cin, p) = (spec.inplanes as u64, spec.planes as u64);
         let cout = p * e;
-        let bn = self.bn;
+        // Every ReLU in a block feeds a convolution (the next one, or the next block's).
+        let norm_relu = self.bn + self.relu(true);
         let conv_bn_relu =
-            |cin: u64, c: u64, px_i: u64, px_o: u64| cin * px_i + (bn + 1) * c * px_o;
+            |cin: u64, c: u64, px_i: u64, px_o: u64| cin * px_i + norm_relu * c * px_o;
         let (mut saved, mut params) = if e == 4 {
             let a = conv_bn_relu(cin, p, px_in, px_in);
             let b = conv_bn_relu(0, p, 0, px_out) + p * px_in;
-            // conv3 keeps the second ReLU's output; BN; the ReLU after the sum keeps its input.
-            let c = p * px_out + bn * cout * px_out + cout * px_out;
+            // conv3 keeps the second ReLU's output; BN; the ReLU after the sum.
+            let c = p * px_out + norm_relu * cout * px_out;
             (
                 a + b + c,
                 cin * p + 9 * p * p + p * cout + 2 * (2 * p + cout),
             )
         } else {
             let a = conv_bn_relu(cin, p, px_in, px_out);
-            let b = p * px_out + bn * p * px_out + p * px_out;
+            let b = p * px_out + norm_relu * p * px_out;
             (a + b, 9 * cin * p + 9 * p * p + 2 * (2 * p))
         };
         if spec.downsample {
             // Its conv keeps the block's input, already kept by conv1.
-            saved += bn * cout * px_out;
+            saved += self.bn * cout * px_out;
             params += cin * cout + 2 * cout;
         }
         Layer {
@@ -336,11 +362,11 @@ impl Walk<'_> {
         let inter = cin / 4;
         let k = self.arch.config.classes as u64;
         // The 3×3 conv's input (layer3's output) is kept by layer4 already.
-        self.conv_bn_relu((s, ids::AUX_HEAD), 9 * cin * inter, 0, inter, px);
-        // Dropout keeps its input and mask; the 1×1 conv (with bias) keeps the dropout's output.
-        self.push(s, ids::AUX_HEAD, 3 * inter * px, k * px, inter * k + k);
-        let [_, _, h, w] = self.arch.stages[s].shape;
-        self.push_loss(s, ids::AUX_HEAD, k, [h, w], self.loss_size());
+        self.conv_bn_relu((s, ids::AUX_HEAD), (9 * cin * inter, 0), (inter, px), false);
+        // Dropout; the 1×1 conv (with bias) keeps the dropout's output.
+        let kept = self.dropout(inter * px) + inter * px;
+        self.push(s, ids::AUX_HEAD, kept, k * px, inter * k + k);
+        self.push_loss(s, ids::AUX_HEAD, k, self.loss_size());
     }
 
     /// The loss resolution `[h, w]`.
@@ -349,18 +375,11 @@ impl Walk<'_> {
         [last[2], last[3]]
     }
 
-    /// Resize of `k`-channel logits from `from` to `to` (two matrix products keeping their inputs),
-    /// then log-softmax (keeps its output) and the pixel-wise loss.
-    fn push_loss(&mut self, s: usize, module: &str, k: u64, from: [usize; 2], to: [usize; 2]) {
-        let b = self.arch.batch as u64;
-        let (fh, fw, th, tw) = (from[0] as u64, from[1] as u64, to[0] as u64, to[1] as u64);
-        let resized = if from == to {
-            0
-        } else {
-            b * k * (fh * fw + fh * tw)
-        };
-        let full = b * k * th * tw;
-        self.push(s, module, resized + full, full, 0);
+    /// Resize of `k`-channel logits to `to` (keeps nothing large), then log-softmax (keeps its
+    /// output) and the pixel-wise loss.
+    fn push_loss(&mut self, s: usize, module: &str, k: u64, to: [usize; 2]) {
+        let full = self.arch.batch as u64 * k * (to[0] * to[1]) as u64;
+        self.push(s, module, full, full, 0);
     }
 
     fn aspp(&mut self) {
@@ -376,16 +395,16 @@ impl Walk<'_> {
         self.push(s, ids::ASPP, high * px, 0, 0);
         let [branch0, atrous @ ..] = ids::ASPP_BRANCHES;
         if self.arch.present(branch0) {
-            self.conv_bn_relu((s, branch0), high * c, 0, c, px);
+            self.conv_bn_relu((s, branch0), (high * c, 0), (c, px), false);
         }
         for id in atrous {
             if self.arch.present(id) {
-                self.conv3x3(s, id, high, c, px);
+                self.conv3x3((s, id), [high, c, px], false);
             }
         }
         if self.arch.present(ids::ASPP_POOL) {
             let b = self.arch.batch as u64;
-            self.conv_bn_relu((s, ids::ASPP_POOL), high * c, 0, c, b);
+            self.conv_bn_relu((s, ids::ASPP_POOL), (high * c, 0), (c, b), false);
         }
         let kept = ids::ASPP_BRANCHES
             .iter()
@@ -393,18 +412,20 @@ impl Walk<'_> {
             .filter(|id| self.arch.present(id))
             .count() as u64;
         // The projection keeps the concatenation; its dropout keeps its input and a mask.
-        self.conv_bn_relu((s, ids::ASPP_PROJECT), kept * c * c, kept * c * px, c, px);
-        self.push(s, ids::ASPP_PROJECT, 2 * c * px, c * px, 0);
+        let project = (kept * c * c, kept * c * px);
+        self.conv_bn_relu((s, ids::ASPP_PROJECT), project, (c, px), false);
+        self.push(s, ids::ASPP_PROJECT, self.dropout(c * px), c * px, 0);
     }
 
-    /// A 3×3 conv block of the ASPP or the decoder: plain, or depthwise then pointwise.
-    fn conv3x3(&mut self, s: usize, id: &str, cin: u64, cout: u64, px: u64) {
+    /// A 3×3 conv block of the ASPP or the decoder: plain, or depthwise then pointwise; `to_conv`
+    /// when a convolution keeps its output next.
+    fn conv3x3(&mut self, at: (usize, &str), [cin, cout, px]: [u64; 3], to_conv: bool) {
         if self.arch.config.separable {
             // The depthwise conv's input is kept by the caller; the pointwise keeps its ReLU output.
-            self.conv_bn_relu((s, id), 9 * cin, 0, cin, px);
-            self.conv_bn_relu((s, id), cin * cout, cin * px, cout, px);
+            self.conv_bn_relu(at, (9 * cin, 0), (cin, px), true);
+            self.conv_bn_relu(at, (cin * cout, cin * px), (cout, px), to_conv);
         } else {
-            self.conv_bn_relu((s, id), 9 * cin * cout, 0, cout, px);
+            self.conv_bn_relu(at, (9 * cin * cout, 0), (cout, px), to_conv);
         }
     }
 
@@ -428,24 +449,21 @@ impl Walk<'_> {
             return;
         }
         let a = self.arch;
-        let [b, _, _, w4] = a.stages[s].shape;
         let px = pixels(a.stages[s].shape);
         let low_in = 64 * a.config.backbone.expansion() as u64;
         if a.present(ids::DECODER_PROJECT) {
             // Its input (layer1's output) is kept by layer2 already.
-            self.conv_bn_relu((s, ids::DECODER_PROJECT), low_in * 48, 0, 48, px);
+            self.conv_bn_relu((s, ids::DECODER_PROJECT), (low_in * 48, 0), (48, px), false);
         }
-        // The ASPP output resized to H/4 by two matrix products, each keeping its input.
-        let high = a.stages[self.stage(ids::ASPP)].shape;
+        // The ASPP output resized to H/4 (keeps nothing large).
         let c = a.aspp_out as u64;
-        let resize = c * (b * high[2] * high[3] + b * high[2] * w4) as u64;
-        self.push(s, ids::DECODER, resize, c * px, 0);
+        self.push(s, ids::DECODER, 0, c * px, 0);
         let mut ch = c + a.low_level as u64;
         let mut input = ch * px;
         for id in ids::DECODER_FUSE {
             if a.present(id) {
                 self.push(s, id, input, 0, 0);
-                self.conv3x3(s, id, ch, 256, px);
+                self.conv3x3((s, id), [ch, 256, px], true);
                 ch = 256;
                 input = 256 * px;
             }
@@ -460,10 +478,9 @@ impl Walk<'_> {
         let before = a.stages[s - 1].shape;
         let cin = a.decoder_out as u64;
         let px = pixels(before);
-        let from = [before[2], before[3]];
         let [_, _, lh, lw] = a.stages[s].shape;
         let to = [lh, lw];
         self.push(s, ids::CLASSIFIER, cin * px, k * px, cin * k + k);
-        self.push_loss(s, ids::CLASSIFIER, k, from, to);
+        self.push_loss(s, ids::CLASSIFIER, k, to);
     }
 }

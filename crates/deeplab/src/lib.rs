@@ -7,12 +7,13 @@ pub mod blocks;
 pub mod config;
 pub mod estimate;
 pub mod model;
+pub mod pytorch;
 pub mod train;
 
 pub use arch::{ids, Architecture, ModuleInfo, StageInfo};
 pub use config::{
-    Backbone, Config, ConfigError, DataConfig, DeviceConfig, LossResolution, ModelConfig,
-    Optimizer, Phase, Precision, TrainConfig,
+    Backbone, Config, ConfigError, DataConfig, DeviceConfig, LossResolution, MemoryModel,
+    ModelConfig, Optimizer, Phase, Precision, TrainConfig,
 };
 pub use estimate::{Breakdown, MemoryEstimate, StageEstimate};
 pub use model::DeepLabV3Plus;

@@ -5,13 +5,14 @@
 
 use crate::arch::ids::{self, block};
 use crate::arch::Architecture;
-use crate::blocks::{bn, conv, Block, Conv3x3, ConvBnRelu, Norm};
+use crate::blocks::{bn, conv, Block, Conv3x3, ConvBnRelu, Norm, NormKind};
+use crate::config::MemoryModel;
+use crate::pytorch::{dropout, PytorchOps};
 use burn::nn::attention::{MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
 use burn::nn::{Dropout, DropoutConfig, PaddingConfig2d};
 use burn::prelude::*;
-use burn::tensor::activation::relu;
 use burn::tensor::module::adaptive_avg_pool2d;
 
 /// The `[out, in]` matrix of 1-D linear interpolation with `align_corners = False` (PyTorch's
@@ -35,7 +36,7 @@ fn interpolation_matrix(out: usize, inp: usize) -> Vec<f32> {
 /// Written as two matrix products (rows, then columns) rather than burn's `interpolate`: burn-cubecl
 /// 0.21 has no backward for bilinear interpolation (a panic on the device thread, seen on the H200),
 /// and the same code must train on every backend. The result is the same bilinear map; backward keeps
-/// the input of each product where PyTorch's fused kernel keeps only sizes.
+/// only the constant matrices (the products' other operands), as PyTorch's kernel keeps only sizes.
 pub fn resize<B: Backend>(x: Tensor<B, 4>, size: [usize; 2]) -> Tensor<B, 4> {
     let [_, _, h, w] = x.dims();
     if [h, w] == size {
@@ -43,13 +44,7 @@ pub fn resize<B: Backend>(x: Tensor<B, 4>, size: [usize; 2]) -> Tensor<B, 4> {
     }
     let device = x.device();
     let dtype = x.dtype();
-    let matrix = |out: usize, inp: usize| {
-        Tensor::<B, 2>::from_data(
-            TensorData::new(interpolation_matrix(out, inp), [out, inp]),
-            &device,
-        )
-        .cast(dtype)
-    };
+    let matrix = |out: usize, inp: usize| interpolation::<B>(out, inp, &device).cast(dtype);
     // From 1×1 (the ASPP's image pooling) bilinear is a broadcast.
     if h == 1 && w == 1 {
         let [b, c, _, _] = x.dims();
@@ -67,6 +62,14 @@ pub fn resize<B: Backend>(x: Tensor<B, 4>, size: [usize; 2]) -> Tensor<B, 4> {
         // [H', H] · [B, C, H, W'] -> [B, C, H', W']
         matrix(size[0], h).unsqueeze::<4>().matmul(x)
     }
+}
+
+/// The `[out, in]` linear interpolation matrix on `device`, in f32.
+fn interpolation<B: Backend>(out: usize, inp: usize, device: &B::Device) -> Tensor<B, 2> {
+    Tensor::from_data(
+        TensorData::new(interpolation_matrix(out, inp), [out, inp]),
+        device,
+    )
 }
 
 #[cfg(test)]
@@ -104,7 +107,7 @@ pub struct ResNet<B: Backend> {
     pub layers: Vec<Vec<Option<Block<B>>>>,
 }
 
-impl<B: Backend> ResNet<B> {
+impl<B: PytorchOps> ResNet<B> {
     fn new(arch: &Architecture, device: &B::Device) -> Self {
         let bottleneck = arch.config.backbone.bottleneck();
         let layers = arch
@@ -143,9 +146,11 @@ pub struct Aspp<B: Backend> {
     pub pool: Option<ConvBnRelu<B>>,
     pub project: ConvBnRelu<B>,
     pub dropout: Dropout,
+    #[module(skip)]
+    pub memory: MemoryModel,
 }
 
-impl<B: Backend> Aspp<B> {
+impl<B: PytorchOps> Aspp<B> {
     fn new(arch: &Architecture, device: &B::Device) -> Self {
         let m = &arch.config;
         let on = |id: &str| !arch.is_identity(id);
@@ -169,6 +174,7 @@ impl<B: Backend> Aspp<B> {
             pool: on(ids::ASPP_POOL).then(pointwise),
             project: ConvBnRelu::new(conv([kept * c, c], 1, 1, 1, 1), device),
             dropout: DropoutConfig::new(0.5).init(),
+            memory: arch.memory_model,
         }
     }
 
@@ -187,7 +193,7 @@ impl<B: Backend> Aspp<B> {
             outs.push(resize(pooled, [h, w]));
         }
         let cat = Tensor::cat(outs, 1);
-        self.dropout.forward(self.project.forward(cat))
+        dropout(&self.dropout, self.project.forward(cat), self.memory)
     }
 }
 
@@ -197,7 +203,7 @@ pub struct Attention<B: Backend> {
     pub mha: MultiHeadAttention<B>,
 }
 
-impl<B: Backend> Attention<B> {
+impl<B: PytorchOps> Attention<B> {
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         let [b, c, h, w] = x.dims();
         // [B, C, H, W] -> [B, H·W, C]: every pixel is a token.
@@ -218,7 +224,7 @@ pub struct Decoder<B: Backend> {
     pub fuse: Vec<Option<Conv3x3<B>>>,
 }
 
-impl<B: Backend> Decoder<B> {
+impl<B: PytorchOps> Decoder<B> {
     fn new(arch: &Architecture, device: &B::Device) -> Self {
         let m = &arch.config;
         let on = |id: &str| !arch.is_identity(id);
@@ -261,12 +267,14 @@ pub struct AuxHead<B: Backend> {
     pub conv: ConvBnRelu<B>,
     pub dropout: Dropout,
     pub classifier: Conv2d<B>,
+    #[module(skip)]
+    pub memory: MemoryModel,
 }
 
-impl<B: Backend> AuxHead<B> {
+impl<B: PytorchOps> AuxHead<B> {
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         self.classifier
-            .forward(self.dropout.forward(self.conv.forward(x)))
+            .forward(dropout(&self.dropout, self.conv.forward(x), self.memory))
     }
 }
 
@@ -298,10 +306,11 @@ pub struct DeepLabV3Plus<B: Backend> {
     pub arch: Architecture,
 }
 
-impl<B: Backend> DeepLabV3Plus<B> {
+impl<B: PytorchOps> DeepLabV3Plus<B> {
     /// Builds the whole model (every parameter, also past the truncation point, as in real training).
     pub fn new(arch: Architecture, device: &B::Device) -> Self {
-        crate::blocks::building_with(arch.config.batch_norm, || Self::build(arch, device))
+        let kind = NormKind::of(arch.config.batch_norm, arch.memory_model);
+        crate::blocks::building_with(kind, || Self::build(arch, device))
     }
 
     fn build(arch: Architecture, device: &B::Device) -> Self {
@@ -318,6 +327,7 @@ impl<B: Backend> DeepLabV3Plus<B> {
                 conv: ConvBnRelu::new(conv([arch.layer3_out, inter], 3, 1, 1, 1), device),
                 dropout: DropoutConfig::new(0.1).init(),
                 classifier: Conv2dConfig::new([inter, m.classes], [1, 1]).init(device),
+                memory: arch.memory_model,
             }
         });
         DeepLabV3Plus {
@@ -350,7 +360,7 @@ impl<B: Backend> DeepLabV3Plus<B> {
         let bb = &self.backbone;
         let mut x = bb
             .maxpool
-            .forward(relu(bb.bn1.forward(bb.conv1.forward(x))));
+            .forward(bb.bn1.relu(bb.bn1.forward(bb.conv1.forward(x))));
         if done(ids::STEM, observe) {
             return Output::truncated(x, None);
         }

@@ -5,6 +5,7 @@
 use crate::arch::Architecture;
 use crate::config::{Config, Optimizer, Phase};
 use crate::model::{DeepLabV3Plus, Head};
+use crate::pytorch::PytorchOps;
 use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::decay::WeightDecayConfig;
@@ -40,7 +41,7 @@ fn labels_at<B: Backend>(labels: Tensor<B, 3, Int>, size: [usize; 2]) -> Tensor<
         .reshape([b, size[0], size[1]])
 }
 
-enum Optim<B: AutodiffBackend> {
+enum Optim<B: AutodiffBackend + PytorchOps> {
     Sgd(OptimizerAdaptor<Sgd<B::InnerBackend>, DeepLabV3Plus<B>, B>),
     AdamW(OptimizerAdaptor<AdamW, DeepLabV3Plus<B>, B>),
 }
@@ -68,7 +69,7 @@ pub struct StepResult {
 }
 
 /// A model, its optimizer and a fixed random batch, ready to run steps.
-pub struct Trainer<B: AutodiffBackend> {
+pub struct Trainer<B: AutodiffBackend + PytorchOps> {
     model: Option<DeepLabV3Plus<B>>,
     optim: Optim<B>,
     images: Tensor<B, 4>,
@@ -77,7 +78,7 @@ pub struct Trainer<B: AutodiffBackend> {
     lr: f64,
 }
 
-impl<B: AutodiffBackend> Trainer<B> {
+impl<B: AutodiffBackend + PytorchOps> Trainer<B> {
     /// Builds the model on `device` and a random batch of the configured size.
     pub fn new(config: &Config, device: &B::Device) -> Result<Self, crate::ConfigError> {
         let arch = Architecture::new(config)?;

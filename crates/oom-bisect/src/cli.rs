@@ -36,18 +36,6 @@ pub enum Command {
     ChildTrial,
 }
 
-impl Command {
-    /// `--gpu help`: the table of known cards, whatever else was given.
-    pub fn gpu_help(&self) -> bool {
-        let device = match self {
-            Command::Bisect(a) | Command::Bench(BenchArgs { bisect: a }) => &a.device,
-            Command::Trial(a) => &a.device,
-            Command::Inspect(_) | Command::ChildTrial => return false,
-        };
-        device.gpu.as_deref() == Some("help")
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum BackendArg {
     Cuda,
@@ -65,6 +53,9 @@ pub struct ConfigArgs {
     pub sets: Vec<String>,
 }
 
+/// Seconds a trial may run before it is killed, unless `--trial-timeout` says otherwise.
+pub const DEFAULT_TRIAL_TIMEOUT: u64 = 600;
+
 /// The device and its ceiling.
 #[derive(Debug, Args)]
 pub struct DeviceArgs {
@@ -81,7 +72,7 @@ pub struct DeviceArgs {
     #[arg(long, value_name = "NAME", group = "ceiling")]
     pub gpu: Option<String>,
     /// Seconds before a trial is killed and counted as a timeout (at most a week)
-    #[arg(long, value_name = "SECONDS", default_value_t = 600,
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_TRIAL_TIMEOUT,
           value_parser = clap::value_parser!(u64).range(1..=7 * 24 * 3600))]
     pub trial_timeout: u64,
     /// Internal: answer trials from the analytic estimate instead of running them (tests)

@@ -146,6 +146,7 @@ fn minimal_file(run: &BisectRun) -> Option<MinimalFile> {
         memory_limit: (d.ceiling_bytes > 0).then(|| d.ceiling_bytes.to_string()),
         memory_fraction: None,
         gpu: None,
+        memory_model: Some(w.config.device.memory_model()),
     };
     let path = st
         .journal_dir
@@ -160,8 +161,9 @@ fn minimal_file(run: &BisectRun) -> Option<MinimalFile> {
         c.to_toml_string()
     );
     let reproduce = format!(
-        "oom-bisect trial --config {} {}",
-        path.display(),
+        "{} trial --config {} {}",
+        output::program(),
+        output::shell_word(&path.display().to_string()),
         st.device.reproduce_flags()
     );
     Some(MinimalFile {
@@ -183,7 +185,7 @@ fn report_run(args: &BisectArgs, run: &BisectRun) -> Result<i32> {
         .config
         .sets
         .iter()
-        .map(|s| format!(" --set '{s}'"))
+        .map(|s| format!(" --set {}", output::shell_word(s)))
         .collect();
     let reproduce = minimal
         .as_ref()
@@ -191,13 +193,15 @@ fn report_run(args: &BisectArgs, run: &BisectRun) -> Result<i32> {
         .unwrap_or_else(|| {
             let flags = st.device.reproduce_flags();
             format!(
-                "oom-bisect trial --config {}{sets} {flags}",
-                w.path.display()
+                "{} trial --config {}{sets} {flags}",
+                output::program(),
+                output::shell_word(&w.path.display().to_string())
             )
         });
     let cx = report::Context {
         title: output::title(&w.config),
         backend: st.device.label(),
+        memory_model: w.config.device.memory_model(),
         original_report: run.reports.get(&(Candidate::original(), 0)),
         minimal_path: minimal.as_ref().map(|m| m.path.display().to_string()),
         minimal_config: minimal.as_ref().map(|m| m.config.clone()),
@@ -206,6 +210,7 @@ fn report_run(args: &BisectArgs, run: &BisectRun) -> Result<i32> {
         resumed: run.resumed,
         wall_seconds: run.wall_seconds,
         fake: st.device.engine == oom_trial::Engine::Estimate,
+        notes: refusals(&w.config, d),
     };
     print!("{}", report::text(d, &cx));
     use std::io::Write as _;
@@ -223,6 +228,28 @@ fn report_run(args: &BisectArgs, run: &BisectRun) -> Result<i32> {
     })
 }
 
+/// Configurations that fit here but that PyTorch refuses to train (see
+/// [`Architecture::pytorch_refusal`]), once per reason, naming the first such candidate.
+fn refusals(base: &deeplab::Config, d: &oom_search::Diagnosis) -> Vec<String> {
+    let mut notes: Vec<String> = vec![];
+    for t in d
+        .trials
+        .iter()
+        .filter(|t| t.measurement.outcome == Outcome::Fits)
+    {
+        let arch = base
+            .with_overrides(&t.candidate.to_sets())
+            .ok()
+            .and_then(|c| Architecture::new(&c).ok());
+        if let Some(why) = arch.and_then(|a| a.pytorch_refusal()) {
+            if !notes.iter().any(|n| n.contains(&why)) {
+                notes.push(format!("{} fits here, but {why}", t.candidate));
+            }
+        }
+    }
+    notes
+}
+
 pub fn trial(args: &TrialArgs) -> Result<i32> {
     let w = Workload::load(&args.config)?;
     let device = DeviceSettings::resolve(&args.device, &w.config)?;
@@ -236,10 +263,17 @@ pub fn trial(args: &TrialArgs) -> Result<i32> {
         FaultArg::DeviceThreadOom => Fault::DeviceThreadOom,
     });
     eprintln!(
-        "oom-bisect: {} on {}",
+        "oom-bisect: {} on {}, memory model {}",
         output::title(&w.config),
-        device.label()
+        device.label(),
+        w.config.device.memory_model().name()
     );
+    if let Some(why) = Architecture::new(&w.config)
+        .ok()
+        .and_then(|a| a.pytorch_refusal())
+    {
+        eprintln!("oom-bisect: note: {why}");
+    }
     let r = runner(&device).run(&request(&w.config, &device, fault));
     print!("{}", output::trial_table::trial_table(&r));
     if let Some(j) = &args.json {
@@ -254,6 +288,7 @@ pub fn trial(args: &TrialArgs) -> Result<i32> {
 
 pub fn inspect(args: &InspectArgs) -> Result<i32> {
     let w = Workload::load(&args.config)?;
+    crate::settings::check_device_section(&w.config)?;
     let arch =
         Architecture::new(&w.config).map_err(|e| user(code::CONFIG_INVALID, e.to_string()))?;
     print!("{}", output::inspect::inspect(&w.config, &arch));

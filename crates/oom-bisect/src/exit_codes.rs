@@ -54,10 +54,12 @@ pub struct UserError {
 }
 
 impl UserError {
+    /// The message is made safe to print (control characters escaped, cut when huge): it may echo
+    /// what a user typed.
     pub fn new(code: i32, message: impl Into<String>) -> Self {
         UserError {
             code,
-            message: message.into(),
+            message: deeplab::config::printable(&message.into(), 4000),
         }
     }
 }

@@ -21,13 +21,13 @@ use exit_codes::UserError;
 static ALLOC: oom_trial::alloc::CountingAlloc = oom_trial::alloc::CountingAlloc;
 
 fn main() {
+    if asks_for_gpu_help() {
+        print!("{}", gpus::table());
+        std::process::exit(exit_codes::SUCCESS);
+    }
     let cli = Cli::parse();
     if let Command::ChildTrial = cli.command {
         std::process::exit(child_trial());
-    }
-    if cli.command.gpu_help() {
-        print!("{}", gpus::table());
-        std::process::exit(exit_codes::SUCCESS);
     }
     oom_trial::install_interrupt_handler();
     let result = match &cli.command {
@@ -38,6 +38,14 @@ fn main() {
         Command::ChildTrial => unreachable!("handled above"),
     };
     std::process::exit(exit_code(result));
+}
+
+/// `--gpu help` lists the cards whatever else the command line lacks (it needs no config), so it
+/// is answered before the command line is parsed.
+fn asks_for_gpu_help() -> bool {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let split = args.windows(2).any(|w| w[0] == "--gpu" && w[1] == "help");
+    split || args.iter().any(|a| a == "--gpu=help")
 }
 
 /// The child side of a trial: the request on stdin, the trial, its exit code.

@@ -38,6 +38,7 @@ pub fn measurement(r: &TrialReport) -> Measurement {
         peak_in_use_bytes: r.peak_in_use_bytes,
         base_bytes: r.base_bytes,
         note,
+        replayed: false,
     }
 }
 
@@ -75,18 +76,19 @@ impl<R: TrialRunner> Oracle for TrialOracle<'_, R> {
             }
         };
         let key = config.canonical_key();
-        let report = match self.journal.lookup(&key, attempt) {
+        let (report, replayed) = match self.journal.lookup(&key, attempt) {
             Some(r) => {
                 self.resumed += 1;
-                r
+                (r, true)
             }
             None => {
                 let r = self.runner.run(&request(&config, self.device, None));
                 self.journal.append(&key, attempt, candidate, &r);
-                r
+                (r, false)
             }
         };
-        let m = measurement(&report);
+        let mut m = measurement(&report);
+        m.replayed = replayed;
         self.reports.insert((candidate.clone(), attempt), report);
         m
     }

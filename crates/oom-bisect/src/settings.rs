@@ -111,6 +111,9 @@ impl DeviceSettings {
             s.push(' ');
             s.push_str(c);
         }
+        if self.trial_timeout != Duration::from_secs(crate::cli::DEFAULT_TRIAL_TIMEOUT) {
+            s += &format!(" --trial-timeout {}", self.trial_timeout.as_secs());
+        }
         if self.engine == Engine::Estimate {
             s.push_str(" --fake-trials");
         }
@@ -198,6 +201,20 @@ impl CeilingKind {
     }
 }
 
+/// Checks the config's `[device]` ceiling keys as a trial would (without looking for a device), so
+/// that `inspect` refuses what `trial` refuses.
+pub fn check_device_section(config: &Config) -> Result<()> {
+    let no_flags = DeviceArgs {
+        backend: None,
+        memory_limit: None,
+        memory_fraction: None,
+        gpu: None,
+        trial_timeout: 1,
+        fake_trials: false,
+    };
+    choose_ceiling(&no_flags, config).map(|_| ())
+}
+
 /// The ceiling the user asked for: a flag (they exclude each other) over the file's one key.
 fn choose_ceiling(args: &DeviceArgs, config: &Config) -> Result<(Ceiling, Option<String>)> {
     let given = |from: usize| -> Vec<(CeilingKind, String, &'static str)> {
@@ -226,7 +243,8 @@ fn choose_ceiling(args: &DeviceArgs, config: &Config) -> Result<(Ceiling, Option
         None => Ok((Ceiling::None, None)),
         Some((kind, value, name)) => {
             let c = parse_ceiling(kind, &value, name)?;
-            Ok((c, Some(format!("{} {value}", kind.flag()))))
+            let word = crate::output::shell_word(&value);
+            Ok((c, Some(format!("{} {word}", kind.flag()))))
         }
     }
 }
@@ -234,15 +252,19 @@ fn choose_ceiling(args: &DeviceArgs, config: &Config) -> Result<(Ceiling, Option
 /// One ceiling parsed; errors name where it came from (`name`: the flag or the config key).
 fn parse_ceiling(kind: CeilingKind, value: &str, name: &str) -> Result<Ceiling> {
     let bad = |m: String| user(code::BAD_CEILING, format!("{name}: {m}"));
+    let shown = deeplab::config::printable(value, 80);
     match kind {
-        CeilingKind::Limit => Ok(Ceiling::Bytes(parse_size(value).map_err(bad)?)),
+        CeilingKind::Limit => {
+            let size = parse_size(value).map_err(|m| bad(m.replace(value, &shown)))?;
+            Ok(Ceiling::Bytes(size))
+        }
         CeilingKind::Fraction => match value.parse::<f64>() {
             Ok(f) if f > 0.0 && f <= 1.0 => Ok(Ceiling::Fraction(f)),
-            _ => Err(bad(format!("{value} is not in (0, 1]"))),
+            _ => Err(bad(format!("{shown} is not in (0, 1]"))),
         },
         CeilingKind::Gpu => match gpus::lookup(value) {
             Some((b, _)) => Ok(Ceiling::Bytes(b)),
-            None => Err(bad(format!("unknown card `{value}`\n{}", gpus::table()))),
+            None => Err(bad(format!("unknown card `{shown}`\n{}", gpus::table()))),
         },
     }
 }

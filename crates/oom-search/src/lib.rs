@@ -60,6 +60,9 @@ pub struct Measurement {
     pub base_bytes: Option<u64>,
     /// Why the trial was inconclusive, or where it ran out of memory; free text for the report.
     pub note: String,
+    /// Answered from the record of an earlier run (the journal), not run now: costs no budget.
+    #[serde(default)]
+    pub replayed: bool,
 }
 
 impl Measurement {
@@ -70,6 +73,7 @@ impl Measurement {
             peak_in_use_bytes: None,
             base_bytes: None,
             note: String::new(),
+            replayed: false,
         }
     }
 }

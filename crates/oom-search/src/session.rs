@@ -17,7 +17,7 @@ pub trait Clock {
 /// How much the search may spend. Trials already running finish; none starts past the budget.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Budget {
-    /// Trials run (answers the oracle gives from a journal count too: the search cannot tell).
+    /// Trials run now (answers replayed from a journal do not count).
     pub max_trials: Option<usize>,
     /// No trial starts once the clock reads this much.
     pub max_time: Option<Duration>,
@@ -72,7 +72,7 @@ impl<'a> Session<'a> {
         let spent = if self
             .budget
             .max_trials
-            .is_some_and(|m| self.trials.len() >= m)
+            .is_some_and(|m| self.trials_run() >= m)
         {
             Some("the trial budget")
         } else if self
@@ -136,5 +136,13 @@ impl<'a> Session<'a> {
 
     pub fn trial_count(&self) -> usize {
         self.trials.len()
+    }
+
+    /// Trials run now, not replayed from a journal (what the trial budget counts).
+    pub fn trials_run(&self) -> usize {
+        self.trials
+            .iter()
+            .filter(|t| !t.measurement.replayed)
+            .count()
     }
 }

@@ -579,6 +579,45 @@ fn trial_budget_gives_inconclusive_not_guesses() {
     }
 }
 
+/// An oracle that answers its first `replayed` calls as a journal would, then runs trials.
+struct Replaying {
+    inner: Workload,
+    replayed: usize,
+}
+
+impl Oracle for Replaying {
+    fn run(&mut self, c: &Candidate, attempt: u32) -> Measurement {
+        let mut m = self.inner.run(c, attempt);
+        if self.replayed > 0 {
+            self.replayed -= 1;
+            m.replayed = true;
+        }
+        m
+    }
+}
+
+/// A budgeted re-run makes progress: answers replayed from the journal cost no budget.
+#[test]
+fn replayed_answers_cost_no_trial_budget() {
+    let mut o = Replaying {
+        inner: Workload::new(),
+        replayed: 5,
+    };
+    let mut ev = |_: &Event| {};
+    let opts = SearchOptions {
+        ceiling: CEILING as u64,
+        budget: Budget {
+            max_trials: Some(3),
+            max_time: None,
+        },
+        ..Default::default()
+    };
+    let d = diagnose(&mut o, &mut ev, &TestClock::default(), &space(), &opts);
+    assert!(d.budget_exhausted);
+    assert_eq!(d.trials.len(), 8, "5 replayed and 3 run");
+    assert_eq!(o.inner.runs, 8);
+}
+
 #[test]
 fn time_budget_stops_starting_trials_and_reports_inconclusive() {
     let budget = |secs: u64| SearchOptions {

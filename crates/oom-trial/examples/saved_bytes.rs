@@ -3,7 +3,8 @@
 //! after running one op (or module) forward on a tracked input and dropping everything but its output,
 //! in units of the input's size F; the output itself is subtracted, so what remains is what the
 //! autodiff graph holds for backward. Used to explain why burn's peaks are about 2x PyTorch's
-//! (docs/gpu-results.md, "Memory against PyTorch").
+//! (docs/gpu-results.md, "Memory against PyTorch") and to check the pytorch memory model's ops
+//! (docs/fidelity.md).
 
 use burn::backend::{Autodiff, Flex};
 use burn::nn::conv::Conv2dConfig;
@@ -11,7 +12,10 @@ use burn::nn::{BatchNormConfig, PaddingConfig2d};
 use burn::prelude::*;
 use burn::tensor::activation::relu;
 use burn::tensor::Distribution;
-use deeplab::blocks::Norm;
+use deeplab::blocks::{Norm, NormKind};
+use deeplab::model::resize;
+use deeplab::pytorch::dropout;
+use deeplab::MemoryModel;
 
 #[global_allocator]
 static ALLOC: oom_trial::alloc::CountingAlloc = oom_trial::alloc::CountingAlloc;
@@ -58,11 +62,13 @@ fn main() {
         x / s
     });
     let bn = BatchNormConfig::new(C).init::<B>(&device);
-    // The model's lean BatchNorm (`model.batch_norm = "lean"`) around the same module.
-    let lean = Norm {
+    // The model's lean BatchNorm (`model.batch_norm = "lean"`) and PyTorch's (the pytorch memory
+    // model) around the same module.
+    let norm = |kind| Norm {
         bn: bn.clone(),
-        lean: true,
+        kind,
     };
+    let (lean, torch) = (norm(NormKind::Lean), norm(NormKind::Pytorch));
     held("burn-nn BatchNorm (train)", |x| bn.forward(x));
     held("burn-nn BatchNorm + relu", |x| relu(bn.forward(x)));
     let conv = Conv2dConfig::new([C, C], [3, 3])
@@ -80,6 +86,23 @@ fn main() {
     held("conv 3x3 + lean BatchNorm + relu", |x| {
         relu(lean.forward(conv.forward(x)))
     });
-    // That it computes what burn-nn's does (output, gradients, running statistics) is the unit test
-    // `deeplab::blocks::tests::lean_batch_norm_computes_what_burn_nn_does`.
+    println!("the same ops as the pytorch memory model computes them:");
+    held("relu keeping its output", |x| torch.relu(x));
+    held("BatchNorm keeping its input", |x| torch.forward(x));
+    held("conv 3x3 + BatchNorm + relu (PyTorch's)", |x| {
+        torch.relu(torch.forward(conv.forward(x)))
+    });
+    // Both memory models: products with constant matrices keep only the matrices.
+    held("bilinear resize x2 (matrix products)", |x| {
+        resize(x, [2 * H, 2 * H])
+    });
+    let drop = burn::nn::DropoutConfig::new(0.5).init();
+    held("dropout, burn-nn's", |x| {
+        dropout(&drop, x, MemoryModel::Burn)
+    });
+    held("dropout keeping a bool mask", |x| {
+        dropout(&drop, x, MemoryModel::Pytorch)
+    });
+    // That each computes what burn's does (output, gradients, running statistics) is the unit tests
+    // `deeplab::blocks::tests::every_batch_norm_computes_what_burn_nn_does` and `deeplab::pytorch::tests`.
 }

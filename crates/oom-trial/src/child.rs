@@ -19,6 +19,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// The variable the vendored cubecl-runtime reads for the pools' layout (`pytorch` or `burn`).
+#[cfg(feature = "cuda")]
+const MEMORY_MODEL_ENV: &str = "OOM_BISECT_MEMORY_MODEL";
+
 /// When this child started; every event carries the seconds since.
 static STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 
@@ -249,6 +253,9 @@ fn configure_kernel_cache() {
 fn run_cuda(config: &Config, req: &Request) -> Result<()> {
     use burn_cuda::Cuda;
     configure_kernel_cache();
+    // Read once by the vendored cubecl-runtime when the device's pools are made (vendor/README.md):
+    // set before anything touches the device. Always set, so that an inherited value cannot leak in.
+    std::env::set_var(MEMORY_MODEL_ENV, config.device.memory_model().name());
     let fusion = fusion_enabled()?;
     let ceiling = crate::cuda::CudaCeiling::install(req.ceiling)?;
     emit(&ChildEvent::Start {
@@ -321,7 +328,7 @@ fn inject(fault: &Option<Fault>, stage: &str) {
     }
 }
 
-fn train<B: AutodiffBackend>(
+fn train<B: AutodiffBackend + deeplab::pytorch::PytorchOps>(
     config: &Config,
     device: &B::Device,
     meter: &mut Meter,

@@ -8,6 +8,9 @@ use anyhow::{bail, Context, Result};
 use cudarc::driver::result;
 
 const CHUNK: usize = 1 << 30;
+/// More than a CUDA context takes (527 MiB on the H200, docs/gpu-results.md): memory in use beyond
+/// this before the trial allocates is another process's, e.g. a trial left running.
+const FOREIGN_USE: u64 = 2 << 30;
 
 /// The device after the ballast is in place.
 pub struct CudaCeiling {
@@ -44,7 +47,7 @@ pub fn mem_info() -> Result<(u64, u64)> {
 impl CudaCeiling {
     /// Retains the primary context (the one burn's CUDA runtime uses), and takes ballast so that the
     /// device looks like a card of the requested size: what is used already (the context) counts
-    /// against the ceiling, as it would on that card.
+    /// against the ceiling, as it would on that card. Refuses a card another process already uses.
     pub fn install(ceiling: Ceiling) -> Result<CudaCeiling> {
         let name = probe()?;
         let dev = result::device::get(0).context("could not open CUDA device 0")?;
@@ -64,6 +67,15 @@ impl CudaCeiling {
                 crate::fmt_bytes(ceiling_bytes),
                 name,
                 crate::fmt_bytes(total)
+            );
+        }
+        if used > FOREIGN_USE {
+            bail!(
+                "the GPU ({name}) has {} in use before this trial allocated anything: another \
+                 process holds memory on it (a leftover trial? `nvidia-smi --query-compute-apps=\
+                 pid,used_memory --format=csv` lists them). A ceiling needs the card to itself, so \
+                 this trial did not run; it is not an out-of-memory",
+                crate::fmt_bytes(used)
             );
         }
         if ceiling_bytes <= used {

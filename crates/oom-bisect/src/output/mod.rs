@@ -10,6 +10,25 @@ pub mod trial_table;
 
 use deeplab::{Config, Optimizer};
 
+/// `word` as one shell word: as it is when it holds nothing the shell would read, else in single
+/// quotes (a `'` inside becomes `'\''`).
+pub fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./=:,+@%".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        return word.to_string();
+    }
+    format!("'{}'", word.replace('\'', "'\\''"))
+}
+
+/// How to call this program in a line the user can paste: the path it was started by when that
+/// was a path (`target/release/oom-bisect`), else its name.
+pub fn program() -> String {
+    match std::env::args().next() {
+        Some(a) if a.contains('/') => shell_word(&a),
+        _ => "oom-bisect".into(),
+    }
+}
+
 /// `DeepLabV3+ resnet18 OS8, batch 4, 96×96, 21 classes, f32, SGD, attention ×4`.
 pub fn title(c: &Config) -> String {
     let m = &c.model;
@@ -51,4 +70,21 @@ pub fn title(c: &Config) -> String {
         s += &e;
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shell_word;
+
+    #[test]
+    fn shell_words_survive_the_shell() {
+        assert_eq!(shell_word("configs/a.toml"), "configs/a.toml");
+        assert_eq!(
+            shell_word("model.identity=[\"decoder\"]"),
+            "'model.identity=[\"decoder\"]'"
+        );
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+        assert_eq!(shell_word("a b"), "'a b'");
+        assert_eq!(shell_word(""), "''");
+    }
 }

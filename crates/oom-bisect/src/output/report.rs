@@ -10,6 +10,8 @@ use serde_json::{json, Value};
 pub struct Context<'a> {
     pub title: String,
     pub backend: String,
+    /// The memory model in force (`device.memory_model`).
+    pub memory_model: deeplab::MemoryModel,
     pub original_report: Option<&'a TrialReport>,
     pub minimal_path: Option<String>,
     pub minimal_config: Option<toml::Table>,
@@ -18,6 +20,8 @@ pub struct Context<'a> {
     pub resumed: usize,
     pub wall_seconds: f64,
     pub fake: bool,
+    /// What the user must know to read the results (printed under the header).
+    pub notes: Vec<String>,
 }
 
 fn peak(p: &Probe) -> String {
@@ -71,6 +75,16 @@ pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
     s
 }
 
+/// What the memory model reproduces, in a few words.
+pub fn memory_model_meaning(m: deeplab::MemoryModel) -> &'static str {
+    match m {
+        deeplab::MemoryModel::Pytorch => {
+            "what PyTorch keeps for backward, a caching allocator on CUDA"
+        }
+        deeplab::MemoryModel::Burn => "burn 0.21's layers and memory pools",
+    }
+}
+
 fn header(d: &Diagnosis, cx: &Context<'_>) -> String {
     let mut s = String::new();
     if cx.fake {
@@ -78,10 +92,18 @@ fn header(d: &Diagnosis, cx: &Context<'_>) -> String {
     }
     s += &format!("oom-bisect: {}\n", cx.title);
     s += &format!(
-        "backend {}, ceiling {}\n\n",
+        "backend {}, ceiling {}, memory model {} ({})\n\n",
         cx.backend,
-        fmt_bytes(d.ceiling_bytes)
+        fmt_bytes(d.ceiling_bytes),
+        cx.memory_model.name(),
+        memory_model_meaning(cx.memory_model)
     );
+    for n in &cx.notes {
+        s += &format!("note: {n}\n");
+    }
+    if !cx.notes.is_empty() {
+        s += "\n";
+    }
     s
 }
 
@@ -352,6 +374,8 @@ pub fn json(d: &Diagnosis, cx: &Context<'_>) -> Value {
         },
         "ceiling_bytes": d.ceiling_bytes,
         "backend": cx.backend,
+        "memory_model": cx.memory_model.name(),
+        "notes": cx.notes,
         "fake_trials": cx.fake,
         "boundaries": boundaries,
         "modules": d.modules,

@@ -1,0 +1,139 @@
+//! What the integration tests share: the real binary, scratch directories, configs, and readers of
+//! its outputs and of the process table.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_oom-bisect");
+
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+pub fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("oom-bisect-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+pub fn run(args: &[&str], dir: &Path) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .current_dir(dir)
+        .env("OOM_BISECT_KERNEL_CACHE", "")
+        .output()
+        .expect("run oom-bisect")
+}
+
+pub fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A model small enough that a CPU trial takes about a second.
+pub const TINY: &str = r#"
+[model]
+backbone = "resnet18"
+output_stride = 16
+classes = 4
+aspp_channels = 32
+
+[data]
+batch = 2
+size = [64, 64]
+
+[train]
+steps = 2
+"#;
+
+pub fn write(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, body).unwrap();
+    p
+}
+
+pub fn json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The JSON report at `path`, or Null when the command wrote none.
+pub fn json_if_written(path: &Path) -> Value {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(Value::Null)
+}
+
+/// A trial of the tiny config on the CPU backend with `extra` flags: its output and JSON report.
+pub fn tiny_trial(name: &str, extra: &[&str]) -> (Output, Value) {
+    let d = tmp(name);
+    let cfg = write(&d, "c.toml", TINY);
+    let j = d.join("r.json");
+    let mut args = vec![
+        "trial",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--backend",
+        "cpu",
+        "--json",
+        j.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    let o = run(&args, &d);
+    (o, json_if_written(&j))
+}
+
+pub fn processes_with(needle: &str) -> Vec<String> {
+    let mut out = vec![];
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(c) = std::fs::read(e.path().join("cmdline")) {
+            let c = String::from_utf8_lossy(&c).replace('\0', " ");
+            if c.contains(needle) {
+                out.push(format!("{}: {c}", e.file_name().to_string_lossy()));
+            }
+        }
+    }
+    out
+}
+
+/// (pid, parent pid, process group) of every process, from /proc.
+pub fn process_table() -> Vec<(i32, i32, i32)> {
+    let mut out = vec![];
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid pgrp …`: comm may hold spaces, so split after its parenthesis.
+        let Some((head, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        let pid = head.split(' ').next().and_then(|p| p.parse().ok());
+        let f: Vec<&str> = rest.split(' ').collect();
+        if let (Some(pid), Some(ppid), Some(pgrp)) = (pid, f.get(1), f.get(2)) {
+            if let (Ok(ppid), Ok(pgrp)) = (ppid.parse(), pgrp.parse()) {
+                out.push((pid, ppid, pgrp));
+            }
+        }
+    }
+    out
+}
+
+/// The one `*.jsonl` file in `dir`.
+pub fn journal_file(dir: &Path) -> PathBuf {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .expect("a journal")
+}

@@ -1,0 +1,313 @@
+#!/usr/bin/env python3
+"""The PyTorch reference for oom-bisect: the same torchvision-style DeepLabV3+ as the burn model
+(crates/deeplab), built from the same TOML config, trained for `train.steps` real steps on CUDA.
+
+Prints one JSON line per step with PyTorch's own counters (`max_memory_allocated`,
+`max_memory_reserved`, reset before the run) and, at the end, a summary line. With `--memory-limit`,
+the card is first filled with a ballast so that only that much device memory is usable, CUDA context
+included (what oom-bisect's ceiling does); the ballast is left out of every figure printed.
+
+Exit codes: 0 the steps ran; 3 out of memory (torch.OutOfMemoryError); 4 PyTorch refused the
+configuration (BatchNorm with one value per channel at batch 1: the ASPP's image pooling); 2 a key this
+script cannot honour, or a bad argument; anything else is an error.
+
+    python3 tools/pytorch/deeplabv3plus.py configs/deeplabv3plus-r50-os8.toml --set data.batch=2
+    python3 tools/pytorch/deeplabv3plus.py CONFIG --memory-limit 24GiB --params
+"""
+
+import argparse
+import json
+import sys
+import tomllib
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# Keys of configs/README.md this script honours; the others (device.*) are oom-bisect's own.
+HONOURED = {
+    "model": {"backbone", "output_stride", "classes", "aspp_rates", "aspp_channels", "separable",
+              "attention_heads", "aux_head", "identity", "truncate_after", "batch_norm"},
+    "data": {"batch", "size"},
+    "train": {"optimizer", "learning_rate", "momentum", "weight_decay", "loss_resolution",
+              "precision", "checkpointing", "phase", "steps"},
+    "device": {"backend", "memory_limit", "memory_fraction", "gpu", "memory_model"},
+}
+LAYERS = {"resnet18": [2, 2, 2, 2], "resnet34": [3, 4, 6, 3], "resnet50": [3, 4, 6, 3],
+          "resnet101": [3, 4, 23, 3], "resnet152": [3, 8, 36, 3]}
+AUX_WEIGHT = 0.5
+EXIT_OOM, EXIT_REFUSED, EXIT_UNSUPPORTED = 3, 4, 2
+
+
+class Unsupported(Exception):
+    pass
+
+
+def parse_value(raw):
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def load(path, sets):
+    with open(path, "rb") as f:
+        c = tomllib.load(f)
+    for s in sets:
+        key, _, raw = s.partition("=")
+        section, _, leaf = key.strip().partition(".")
+        c.setdefault(section, {})[leaf] = parse_value(raw.strip())
+    for section, keys in c.items():
+        unknown = set(keys) - HONOURED.get(section, set())
+        if unknown:
+            raise Unsupported(f"unknown keys {sorted(unknown)} in [{section}]")
+    m, t = c["model"], c.setdefault("train", {})
+    if m.get("truncate_after"):
+        raise Unsupported("model.truncate_after (a truncated forward pass) is not implemented here")
+    m.setdefault("aspp_channels", 256)
+    m.setdefault("aspp_rates", {8: [12, 24, 36], 16: [6, 12, 18], 32: [3, 6, 9]}[m["output_stride"]])
+    for k, v in [("optimizer", "sgd"), ("learning_rate", 0.01), ("momentum", 0.9),
+                 ("weight_decay", 1e-4), ("loss_resolution", "full"), ("precision", "f32"),
+                 ("checkpointing", False), ("phase", "step"), ("steps", 3)]:
+        t.setdefault(k, v)
+    return c
+
+
+def conv_bn_relu(cin, cout, k=1, dilation=1, groups=1):
+    pad = dilation * (k - 1) // 2
+    return nn.Sequential(nn.Conv2d(cin, cout, k, padding=pad, dilation=dilation, groups=groups,
+                                   bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+
+
+def conv3x3(cin, cout, dilation, separable):
+    if separable:
+        return nn.Sequential(conv_bn_relu(cin, cin, 3, dilation, groups=cin),
+                             conv_bn_relu(cin, cout))
+    return conv_bn_relu(cin, cout, 3, dilation)
+
+
+class Block(nn.Module):
+    """torchvision's Bottleneck (stride on the 3×3) or BasicBlock (dilated, as the burn model)."""
+
+    def __init__(self, inplanes, planes, stride, dilation, downsample, bottleneck):
+        super().__init__()
+        e = 4 if bottleneck else 1
+        self.bottleneck = bottleneck
+        d = dilation
+        if bottleneck:
+            self.conv1 = nn.Conv2d(inplanes, planes, 1, bias=False)
+            self.conv2 = nn.Conv2d(planes, planes, 3, stride, padding=d, dilation=d, bias=False)
+            self.conv3 = nn.Conv2d(planes, planes * e, 1, bias=False)
+            self.bn3 = nn.BatchNorm2d(planes * e)
+        else:
+            self.conv1 = nn.Conv2d(inplanes, planes, 3, stride, padding=d, dilation=d, bias=False)
+            self.conv2 = nn.Conv2d(planes, planes, 3, 1, padding=d, dilation=d, bias=False)
+        self.bn1, self.bn2 = nn.BatchNorm2d(planes), nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = nn.Sequential(
+            nn.Conv2d(inplanes, planes * e, 1, stride, bias=False),
+            nn.BatchNorm2d(planes * e)) if downsample else None
+
+    def forward(self, x):
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        if self.bottleneck:
+            out = self.bn3(self.conv3(self.relu(out)))
+        return self.relu(out + identity)
+
+
+def block_specs(backbone, output_stride):
+    """As `block_specs` in crates/deeplab/src/arch.rs (torchvision's `_make_layer`)."""
+    replace = {8: [False, True, True], 16: [False, False, True]}.get(output_stride, [False] * 3)
+    e = 4 if backbone in ("resnet50", "resnet101", "resnet152") else 1
+    inplanes, dilation, out = 64, 1, []
+    for i, n in enumerate(LAYERS[backbone]):
+        planes, stride, previous = 64 << i, (1 if i == 0 else 2), dilation
+        if i > 0 and replace[i - 1]:
+            dilation, stride = dilation * stride, 1
+        layer = [(inplanes, planes, stride, previous, stride != 1 or inplanes != planes * e)]
+        inplanes = planes * e
+        layer += [(inplanes, planes, 1, dilation, False)] * (n - 1)
+        out.append(layer)
+    return out, e
+
+
+class DeepLabV3Plus(nn.Module):
+    """Module ids are oom-bisect's (`oom-bisect inspect`); `identity` swaps them as the burn model does."""
+
+    def __init__(self, m):
+        super().__init__()
+        swapped = set(m.get("identity", []))
+        on = lambda i: i not in swapped
+        bottleneck = m["backbone"] in ("resnet50", "resnet101", "resnet152")
+        specs, e = block_specs(m["backbone"], m["output_stride"])
+        for i, layer in enumerate(specs):
+            if not on(f"backbone.layer{i + 1}.0"):
+                raise Unsupported(f"backbone.layer{i + 1}.0 cannot be swapped (nor in oom-bisect)")
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64),
+                                  nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1))
+        self.layers = nn.ModuleList(nn.ModuleList(
+            Block(*s, bottleneck) if on(f"backbone.layer{i + 1}.{k}") else nn.Identity()
+            for k, s in enumerate(layer)) for i, layer in enumerate(specs))
+        high, c, sep = 512 * e, m["aspp_channels"], m.get("separable", False)
+        branches = [f"aspp.branch{i}" for i in range(4)]
+        kept = [b for b in branches + ["aspp.pool"] if on(b)]
+        self.aspp_on = on("aspp") and any(on(b) for b in branches)
+        aspp_out = c if self.aspp_on else high
+        if self.aspp_on:
+            rates = m["aspp_rates"]
+            self.branches = nn.ModuleList(
+                [conv_bn_relu(high, c)] * on(branches[0])
+                + [conv3x3(high, c, r, sep) for b, r in zip(branches[1:], rates) if on(b)])
+            self.pool = conv_bn_relu(high, c) if on("aspp.pool") else None
+            self.project = nn.Sequential(conv_bn_relu(len(kept) * c, c), nn.Dropout(0.5))
+        heads = m.get("attention_heads", 0)
+        self.attention = nn.MultiheadAttention(aspp_out, heads, batch_first=True) \
+            if heads and on("attention") else None
+        self.fused_attention = False
+        inter = 256 * e // 4
+        self.aux = nn.Sequential(conv_bn_relu(256 * e, inter, 3), nn.Dropout(0.1),
+                                 nn.Conv2d(inter, m["classes"], 1)) \
+            if m.get("aux_head") and on("aux_head") else None
+        self.decoder_on = on("decoder")
+        low = 48 if on("decoder.project") else 64 * e
+        self.low_project = conv_bn_relu(64 * e, 48) if on("decoder.project") else None
+        ch, fuse = aspp_out + low, []
+        for k in range(2):
+            if on(f"decoder.fuse.{k}"):
+                fuse.append(conv3x3(ch, 256, 1, sep))
+                ch = 256
+        self.fuse = nn.Sequential(*fuse)
+        self.classifier = nn.Conv2d(ch if self.decoder_on else aspp_out, m["classes"], 1)
+
+    def forward(self, x, size, checkpoint):
+        run = (lambda f, *a: torch.utils.checkpoint.checkpoint(f, *a, use_reentrant=False)) \
+            if checkpoint else (lambda f, *a: f(*a))
+        x = self.stem(x)
+        low, aux = None, None
+        for i, layer in enumerate(self.layers):
+            for block in layer:
+                x = run(block, x)
+            if i == 0:
+                low = x
+            if i == 2 and self.aux is not None:
+                aux = F.interpolate(self.aux(x), size=size, mode="bilinear", align_corners=False)
+        if self.aspp_on:
+            h, w = x.shape[-2:]
+            outs = [b(x) for b in self.branches]
+            if self.pool is not None:
+                p = self.pool(F.adaptive_avg_pool2d(x, 1))
+                outs.append(F.interpolate(p, size=(h, w), mode="bilinear", align_corners=False))
+            x = self.project(torch.cat(outs, 1))
+        if self.attention is not None:
+            b, c, h, w = x.shape
+            t = x.flatten(2).transpose(1, 2)
+            # nn.MultiheadAttention's default call (need_weights=True) materialises the attention
+            # matrix, as the burn model does; need_weights=False takes PyTorch's fused kernels.
+            a = self.attention(t, t, t, need_weights=not self.fused_attention)[0]
+            x = (t + a).transpose(1, 2).reshape(b, c, h, w)
+        if self.decoder_on:
+            if self.low_project is not None:
+                low = self.low_project(low)
+            x = F.interpolate(x, size=low.shape[-2:], mode="bilinear", align_corners=False)
+            x = self.fuse(torch.cat([x, low], 1))
+        logits = F.interpolate(self.classifier(x), size=size, mode="bilinear", align_corners=False)
+        return logits, aux
+
+
+def parse_bytes(s):
+    units = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "KB": 10**3, "MB": 10**6, "GB": 10**9}
+    for u, f in units.items():
+        if s.endswith(u):
+            return int(float(s[: -len(u)]) * f)
+    return int(s)
+
+
+def ballast(limit):
+    """Fills the card so that `limit` bytes are usable, context included; returns the ballast's size."""
+    torch.cuda.init()
+    torch.zeros(1, device="cuda")  # the context exists from here on
+    free, total = torch.cuda.mem_get_info()
+    used = total - free
+    size = free - max(limit - used, 0)
+    if size <= 0:
+        return None, 0
+    return torch.empty(size, dtype=torch.uint8, device="cuda"), size
+
+
+def emit(**kv):
+    print(json.dumps(kv), flush=True)
+
+
+def train(c, args):
+    m, d, t = c["model"], c["data"], c["train"]
+    torch.manual_seed(0)
+    model = DeepLabV3Plus(m).cuda().train()
+    model.fused_attention = args.fused_attention
+    params = sum(p.numel() for p in model.parameters())
+    if args.params:
+        emit(params=params)
+        return
+    b, (h, w) = d["batch"], d["size"]
+    size = (h, w) if t["loss_resolution"] == "full" else (h // 4, w // 4)
+    opt = torch.optim.SGD(model.parameters(), lr=t["learning_rate"], momentum=t["momentum"],
+                          weight_decay=t["weight_decay"]) if t["optimizer"] == "sgd" else \
+        torch.optim.AdamW(model.parameters(), lr=t["learning_rate"], weight_decay=t["weight_decay"])
+    amp = {"f32": None, "f16": torch.float16, "bf16": torch.bfloat16}[t["precision"]]
+    x = torch.randn(b, 3, h, w, device="cuda")
+    y = torch.randint(0, m["classes"], (b, *size), device="cuda")
+    torch.cuda.reset_peak_memory_stats()
+    for step in range(t["steps"]):
+        with torch.autocast("cuda", dtype=amp, enabled=amp is not None):
+            logits, aux = model(x, size, t["checkpointing"])
+            loss = F.cross_entropy(logits, y)
+            if aux is not None:
+                loss = loss + AUX_WEIGHT * F.cross_entropy(aux, y)
+        if t["phase"] != "forward":
+            loss.backward()
+        if t["phase"] == "step":
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        emit(step=step, loss=loss.item(), allocated_peak=torch.cuda.max_memory_allocated() - args.ballast,
+             reserved_peak=torch.cuda.max_memory_reserved() - args.ballast)
+        del logits, aux, loss
+    emit(params=params, allocated_peak=torch.cuda.max_memory_allocated() - args.ballast,
+         reserved_peak=torch.cuda.max_memory_reserved() - args.ballast, device=torch.cuda.get_device_name())
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("config")
+    p.add_argument("--set", action="append", default=[], help="key=value, as oom-bisect's --set")
+    p.add_argument("--memory-limit", help="usable device memory, context included (e.g. 24GiB)")
+    p.add_argument("--params", action="store_true", help="print the parameter count and stop")
+    p.add_argument("--fused-attention", action="store_true",
+                   help="attention through PyTorch's fused kernels (need_weights=False)")
+    args = p.parse_args()
+    try:
+        c = load(args.config, args.set)
+    except (Unsupported, KeyError, tomllib.TOMLDecodeError) as e:
+        print(f"deeplabv3plus.py: {e}", file=sys.stderr)
+        return EXIT_UNSUPPORTED
+    hold, args.ballast = ballast(parse_bytes(args.memory_limit)) if args.memory_limit else (None, 0)
+    try:
+        train(c, args)
+    except Unsupported as e:
+        print(f"deeplabv3plus.py: {e}", file=sys.stderr)
+        return EXIT_UNSUPPORTED
+    except torch.OutOfMemoryError as e:
+        emit(oom=str(e).splitlines()[0])
+        return EXIT_OOM
+    except ValueError as e:
+        if "Expected more than 1 value per channel" in str(e):
+            emit(refused=str(e))
+            return EXIT_REFUSED
+        raise
+    del hold
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,6 @@
+mod profiling;
+pub use profiling::*;
+
+mod server;
+
+pub use server::*;

@@ -525,6 +525,30 @@ fn type_error(table: &toml::Table, err: toml::de::Error) -> ConfigError {
     ConfigError::new("config", msg.trim().to_string())
 }
 
+/// The dotted key whose line holds byte `offset` (`model.classes` for `classes = 1e99` under
+/// `[model]`), when that line is a plain `key = value`.
+fn key_at(text: &str, offset: usize) -> Option<String> {
+    let mut section = None;
+    let mut start = 0;
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim();
+        if trimmed.starts_with('[') && !trimmed.starts_with("[[") {
+            let name = trimmed.trim_start_matches('[').split(']').next();
+            section = name.map(|n| n.trim().to_string());
+        }
+        if offset < start + line.len() {
+            let (key, _) = trimmed.split_once('=')?;
+            let key = key.trim();
+            let plain = |c: char| c.is_ascii_alphanumeric() || c == '_';
+            return (!key.is_empty() && key.chars().all(plain))
+                .then(|| format!("{}.{key}", section.as_deref().unwrap_or("")))
+                .filter(|_| section.is_some());
+        }
+        start += line.len();
+    }
+    None
+}
+
 /// ` at line L, column C` of byte `offset` in `text` (both from 1).
 fn line_column(text: &str, offset: usize) -> String {
     let mut end = offset.min(text.len());
@@ -541,14 +565,12 @@ impl Config {
     /// Parses and validates TOML text.
     pub fn from_toml_str(text: &str) -> Result<Config, ConfigError> {
         let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-            let at = e
-                .span()
-                .map(|s| line_column(text, s.start))
-                .unwrap_or_default();
-            ConfigError::new(
-                "config",
-                format!("not valid TOML{at}: {}", e.message().trim()),
-            )
+            let start = e.span().map(|s| s.start);
+            let at = start.map(|s| line_column(text, s)).unwrap_or_default();
+            let key = start
+                .and_then(|s| key_at(text, s))
+                .unwrap_or("config".into());
+            ConfigError::new(key, format!("not valid TOML{at}: {}", e.message().trim()))
         })?;
         Config::from_table(table)
     }
@@ -863,6 +885,13 @@ size = [512, 512]
     #[test]
     fn invalid_knobs_name_the_key() {
         let c = Config::from_toml_str(BASE).unwrap();
+        let huge = BASE.replace("classes = ", "classes = 1844674407370955161");
+        let e = Config::from_toml_str(&huge).unwrap_err();
+        assert_eq!(e.key, "model.classes", "{e}");
+        assert!(
+            e.message.contains("at line") && e.message.contains("column"),
+            "{e}"
+        );
         let e = c.with_overrides(&["model.output_stride=12"]).unwrap_err();
         assert_eq!(e.key, "model.output_stride");
         assert!(e.message.contains("allowed: 8, 16, 32"), "{e}");

@@ -108,10 +108,11 @@ fn per_channel<B: Backend>(t: Tensor<B, 1>) -> Tensor<B, 4> {
     t.reshape([1, c, 1, 1])
 }
 
-/// Sum over batch and pixels, `[N, C, H, W]` to `[C]`.
-fn channel_sum<B: Backend>(t: Tensor<B, 4>) -> Tensor<B, 1> {
+/// Mean over batch and pixels, `[N, C, H, W]` to `[C]`: a mean of means over equal groups, so that
+/// no partial sum leaves the range of f16 (65504), as a sum over 64k pixels would.
+fn channel_mean<B: Backend>(t: Tensor<B, 4>) -> Tensor<B, 1> {
     let c = t.dims()[1];
-    t.sum_dim(0).sum_dim(2).sum_dim(3).reshape([c])
+    t.mean_dim(0).mean_dim(2).mean_dim(3).reshape([c])
 }
 
 /// What the forward pass of training BatchNorm computes.
@@ -130,10 +131,8 @@ fn norm_forward<B: Backend>(
     beta: Tensor<B, 1>,
     epsilon: f64,
 ) -> Norm<B> {
-    let [n, _, h, w] = x.dims();
-    let count = (n * h * w) as f64;
-    let mean = channel_sum(x.clone()).div_scalar(count);
-    let var = channel_sum((x.clone() - per_channel(mean.clone())).powi_scalar(2)).div_scalar(count);
+    let mean = channel_mean(x.clone());
+    let var = channel_mean((x.clone() - per_channel(mean.clone())).powi_scalar(2));
     let invstd = var.clone().add_scalar(epsilon).sqrt().recip();
     let scale = invstd.clone() * gamma;
     let shift = beta - mean.clone() * scale.clone();
@@ -149,7 +148,8 @@ fn norm_forward<B: Backend>(
 /// Gradients of training BatchNorm for input, scale and shift, from the input and its statistics.
 /// With x̂ = (x − μ)·σ⁻¹, m pixels per channel: dβ = Σdy, dγ = Σ(dy·x̂), and
 /// dx = γσ⁻¹·dy − γσ⁻²·dγ/m·(x − μ) − γσ⁻¹·dβ/m, computed as dy·a + x·b + c per channel so that
-/// one input-sized temporary lives at a time besides dy and dx.
+/// one input-sized temporary lives at a time besides dy and dx, and from means (not sums) so that
+/// f16 does not overflow.
 fn norm_backward<B: Backend>(
     x: Tensor<B, 4>,
     stats: [Tensor<B, 1>; 3],
@@ -158,12 +158,17 @@ fn norm_backward<B: Backend>(
     let [mean, invstd, gamma] = stats;
     let [n, _, h, w] = x.dims();
     let count = (n * h * w) as f64;
-    let dbeta = channel_sum(dy.clone());
-    let dgamma = channel_sum((x.clone() - per_channel(mean.clone())) * dy.clone()) * invstd.clone();
+    // Per-channel means of dy and dy·(x − μ): dβ and dγ divided by the pixel count.
+    let dy_mean = channel_mean(dy.clone());
+    let dyx_mean =
+        channel_mean((x.clone() - per_channel(mean.clone())) * dy.clone()) * invstd.clone();
     let a = gamma * invstd.clone();
-    let b = (a.clone() * invstd * dgamma.clone()).div_scalar(-count);
-    let c = (a.clone() * dbeta.clone()).div_scalar(-count) - b.clone() * mean;
+    // σ⁻¹·mean(dy·x̂) before γσ⁻¹: γσ⁻² alone leaves f16's range when a channel's variance is tiny
+    // (the ASPP's image pooling sees 4 values per channel at batch 4).
+    let b = -(a.clone() * (invstd * dyx_mean.clone()));
+    let c = -(a.clone() * dy_mean.clone()) - b.clone() * mean;
     let dx = dy * per_channel(a) + x * per_channel(b) + per_channel(c);
+    let (dgamma, dbeta) = (dyx_mean.mul_scalar(count), dy_mean.mul_scalar(count));
     (dx, dgamma, dbeta)
 }
 
@@ -349,5 +354,37 @@ mod tests {
         assert!(max(g - want_g) < 1e-5);
         let share: f32 = kept.float().mean().into_scalar();
         assert!((share - 0.75).abs() < 0.03, "kept {share}");
+    }
+}
+
+#[cfg(test)]
+mod f16_tests {
+    use super::*;
+    use burn::backend::Flex;
+    use burn::tensor::DType;
+
+    /// In f16, a channel of near-constant values (the ASPP's image pooling sees 4 values per channel
+    /// at batch 4) must not overflow BatchNorm's backward: σ⁻² is past f16's 65504 there.
+    #[test]
+    fn batch_norm_backward_stays_finite_in_f16() {
+        type A = Autodiff<Flex>;
+        let device = Default::default();
+        let x = Tensor::<A, 4>::from_floats([[[[1.0]], [[2.0]]], [[[1.0]], [[2.001]]]], &device)
+            .cast(DType::F16)
+            .require_grad();
+        let gamma = Tensor::<A, 1>::ones([2], &device)
+            .cast(DType::F16)
+            .require_grad();
+        let beta = Tensor::<A, 1>::zeros([2], &device)
+            .cast(DType::F16)
+            .require_grad();
+        let (y, _, _) = A::batch_norm_train(prim(x.clone()), prim(gamma), prim(beta), 1e-5);
+        let y: Tensor<A, 4> = float(y);
+        let r = Tensor::<A, 4>::from_floats([[[[0.3]], [[-0.2]]], [[[0.1]], [[0.5]]]], &device)
+            .cast(DType::F16);
+        let grads = (y * r).sum().backward();
+        let dx = x.grad(&grads).unwrap().cast(DType::F32);
+        let finite: bool = dx.clone().is_finite().all().into_scalar();
+        assert!(finite, "{dx}");
     }
 }

@@ -386,7 +386,7 @@ fn train<B: AutodiffBackend + deeplab::pytorch::PytorchOps>(
             step,
             seconds,
             in_use_bytes,
-            loss: r.loss,
+            loss: r.loss as f64,
         });
         check = r.check;
     }

@@ -46,7 +46,9 @@ pub struct StepRecord {
     pub step: usize,
     pub seconds: f64,
     pub in_use_after_bytes: u64,
-    pub loss: f32,
+    /// NaN when the step diverged (written as `null`).
+    #[serde(with = "crate::protocol::any_float")]
+    pub loss: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -144,14 +144,56 @@ pub enum ChildEvent {
         step: usize,
         seconds: f64,
         in_use_bytes: u64,
-        loss: f32,
+        /// NaN or infinite when the step diverged (f16 overflows): still a measured step.
+        #[serde(with = "any_float")]
+        loss: f64,
     },
     /// A panic on any thread.
     Panic { thread: String, message: String },
     /// All steps ran and the check value was read back.
     Done {
+        #[serde(with = "any_float")]
         check: f64,
         peak_bytes: u64,
         peak_in_use_bytes: u64,
     },
+}
+
+/// A float that may be NaN or infinite: JSON has no such numbers (serde_json writes `null`, which
+/// then fails to read back as a float and cost a measured trial its result), so they travel as
+/// `null` and come back as NaN.
+pub(crate) mod any_float {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+        match v.is_finite() {
+            true => s.serialize_f64(*v),
+            false => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+    }
+}
+
+#[cfg(test)]
+mod float_tests {
+    use super::ChildEvent;
+
+    /// A diverged step (NaN loss) is still a step: its event reads back.
+    #[test]
+    fn a_nan_loss_travels() {
+        let e = ChildEvent::Step {
+            step: 1,
+            seconds: 0.5,
+            in_use_bytes: 7,
+            loss: f64::NAN,
+        };
+        let line = serde_json::to_string(&e).unwrap();
+        match serde_json::from_str::<ChildEvent>(&line).unwrap() {
+            ChildEvent::Step { loss, .. } => assert!(loss.is_nan()),
+            other => panic!("{other:?}"),
+        }
+    }
 }

@@ -312,7 +312,13 @@ fn hostile_configs_get_a_clear_message_and_never_a_panic() {
     assert_eq!(code(&o), 0, "{}", text(&o));
     // A negative size reaches the size parser, which names the flag.
     let cfg = write(&d, "ok.toml", base);
-    let args = ["trial", "--config", cfg.to_str().unwrap(), "--memory-limit", "-5GiB"];
+    let args = [
+        "trial",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--memory-limit",
+        "-5GiB",
+    ];
     let o = run(&args, &d);
     assert_eq!(code(&o), 13, "{}", text(&o));
     assert!(text(&o).contains("--memory-limit"), "{}", text(&o));

@@ -63,10 +63,20 @@ pub struct DeviceArgs {
     #[arg(long, value_enum)]
     pub backend: Option<BackendArg>,
     /// Ceiling as a size: 24GiB, 24000MiB, or plain bytes
-    #[arg(long, value_name = "SIZE", group = "ceiling", allow_hyphen_values = true)]
+    #[arg(
+        long,
+        value_name = "SIZE",
+        group = "ceiling",
+        allow_hyphen_values = true
+    )]
     pub memory_limit: Option<String>,
     /// Ceiling as a fraction of the device (CUDA) or host (CPU) memory, e.g. 0.17
-    #[arg(long, value_name = "F", group = "ceiling", allow_negative_numbers = true)]
+    #[arg(
+        long,
+        value_name = "F",
+        group = "ceiling",
+        allow_negative_numbers = true
+    )]
     pub memory_fraction: Option<f64>,
     /// Ceiling of a known card, e.g. rtx3090; `--gpu help` lists them
     #[arg(long, value_name = "NAME", group = "ceiling")]

@@ -4,11 +4,10 @@
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::{BatchNorm, BatchNormConfig, PaddingConfig2d};
 use burn::prelude::*;
-use burn::tensor::TensorPrimitive;
 use std::cell::Cell;
 
 use crate::config::{BatchNormKind, MemoryModel};
-use crate::pytorch::PytorchOps;
+use crate::pytorch::{float, prim, PytorchOps};
 
 /// A bias-free convolution, as every convolution followed by BatchNorm in torchvision.
 pub fn conv(
@@ -107,14 +106,13 @@ impl<B: PytorchOps> Norm<B> {
     fn forward_pytorch(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         let bn = &self.bn;
         let (y, mean, var) = B::batch_norm_train(
-            x.into_primitive().tensor(),
-            bn.gamma.val().into_primitive().tensor(),
-            bn.beta.val().into_primitive().tensor(),
+            prim(x),
+            prim(bn.gamma.val()),
+            prim(bn.beta.val()),
             bn.epsilon,
         );
-        let stat = |t| Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t));
-        self.update_running(stat(mean), stat(var));
-        Tensor::from_primitive(TensorPrimitive::Float(y))
+        self.update_running(float(mean), float(var));
+        float(y)
     }
 
     /// burn-nn's running-statistics update, from this batch's mean and biased variance `[C]`.

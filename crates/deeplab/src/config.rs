@@ -540,9 +540,8 @@ fn key_at(text: &str, offset: usize) -> Option<String> {
             let (key, _) = trimmed.split_once('=')?;
             let key = key.trim();
             let plain = |c: char| c.is_ascii_alphanumeric() || c == '_';
-            return (!key.is_empty() && key.chars().all(plain))
-                .then(|| format!("{}.{key}", section.as_deref().unwrap_or("")))
-                .filter(|_| section.is_some());
+            let section = section?;
+            return (!key.is_empty() && key.chars().all(plain)).then(|| format!("{section}.{key}"));
         }
         start += line.len();
     }

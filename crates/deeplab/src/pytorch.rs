@@ -94,11 +94,11 @@ impl PytorchOps for burn_cuda::Cuda {}
 #[cfg(feature = "cuda")]
 impl PytorchOps for burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8> {}
 
-fn float<B: Backend, const D: usize>(p: FloatTensor<B>) -> Tensor<B, D> {
+pub(crate) fn float<B: Backend, const D: usize>(p: FloatTensor<B>) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(p))
 }
 
-fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
+pub(crate) fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
     t.into_primitive().tensor()
 }
 
@@ -195,16 +195,14 @@ impl<B: Backend, C: CheckpointStrategy> PytorchOps for Autodiff<B, C> {
                 });
             }
         }
+        let out = B::relu(x.primitive);
         match Relu
             .prepare::<C>([x.node.clone()])
             .compute_bound()
             .stateful()
         {
-            OpsKind::Tracked(prep) => {
-                let out = B::relu(x.primitive);
-                prep.finish(out.clone(), out)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(B::relu(x.primitive)),
+            OpsKind::Tracked(prep) => prep.finish(out.clone(), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
         }
     }
 

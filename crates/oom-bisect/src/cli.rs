@@ -145,6 +145,18 @@ pub struct BisectArgs {
     /// No progress on stderr
     #[arg(long, short)]
     pub quiet: bool,
+    /// CUDA devices to run trials on, one trial per device at a time: `all`, or indices of the
+    /// visible devices (an inherited CUDA_VISIBLE_DEVICES is respected), e.g. 0,1 [default: all]
+    #[arg(long, value_name = "LIST")]
+    pub devices: Option<String>,
+    /// Trials at once [default: one per device on CUDA; 1 on the CPU; with --launcher,
+    /// $SLURM_NTASKS or 1]. The report does not depend on it.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub jobs: Option<u16>,
+    /// Start every trial through this command, e.g. 'srun -N1 -n1 --gpus-per-task=1 --exact'
+    /// inside a Slurm allocation (salloc/sbatch): trials then run as job steps on its nodes
+    #[arg(long, value_name = "COMMAND")]
+    pub launcher: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -5,24 +5,30 @@ use crate::cli::{BenchArgs, BisectArgs, FaultArg, InspectArgs, TrialArgs};
 use crate::exit_codes::{self as code, user};
 use crate::files::{check_writable, write_file};
 use crate::journal::Journal;
-use crate::oracle::{request, TrialOracle};
+use crate::oracle::{self, request, TrialOracle};
 use crate::output::{self, progress::Progress, report};
 use crate::settings::{BisectSettings, DeviceSettings, Workload};
 use crate::{experiment, space};
 use anyhow::Result;
 use deeplab::Architecture;
 use oom_search::{diagnose, Candidate, Clock, Diagnosis, Outcome};
-use oom_trial::{fmt_bytes, Fault, ProcessRunner, TrialOutcome, TrialReport, TrialRunner};
+use oom_trial::{fmt_bytes, Fault, Pool, ProcessRunner, TrialOutcome, TrialReport, TrialRunner};
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The runner every command uses: a child process per trial (training, or the estimate with
 /// `--fake-trials`).
 fn runner(device: &DeviceSettings) -> ProcessRunner {
+    let (kernel_cache, warning) = oom_trial::cache::usable(oom_trial::cache::dir());
+    if let Some(w) = warning {
+        eprintln!("oom-bisect: warning: {w}");
+    }
     ProcessRunner {
         timeout: device.trial_timeout,
-        kernel_cache: oom_trial::cache::dir(),
+        kernel_cache,
+        ..ProcessRunner::default()
     }
 }
 
@@ -83,16 +89,17 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
         );
     }
     let space = space::build(&w.config, &st.steps);
-    let runner = runner(&st.device);
-    let mut oracle = TrialOracle {
-        base: w.config.clone(),
-        device: &st.device,
-        runner: &runner,
-        journal,
-        reports: HashMap::new(),
-        resumed: 0,
-    };
+    if let (Some(line), false) = (st.dispatch.describe(), st.quiet) {
+        eprintln!("oom-bisect: {line}");
+    }
     let mut progress = Progress::new(st.quiet, st.search.budget.max_trials);
+    let journal = Arc::new(Mutex::new(journal));
+    let pool = Pool::new(
+        st.dispatch.workers(&runner(&st.device)),
+        progress.workers_view(&st.dispatch),
+        oracle::journal_on_finish(Arc::clone(&journal)),
+    );
+    let mut oracle = TrialOracle::new(&w.config, &st.device, &pool, journal);
     let clock = WallClock(Instant::now());
     let mut d = diagnose(
         &mut oracle,
@@ -101,16 +108,16 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
         &space,
         &st.search,
     );
+    let learned = std::mem::take(&mut *oracle.learned.lock().unwrap_or_else(|e| e.into_inner()));
+    let (reports, resumed) = (learned.reports, learned.resumed);
+    drop(oracle);
+    // Trials started ahead that the search never asked for are killed, not waited for.
+    drop(pool);
     progress.finish();
     // The effective ceiling, as the trials report it, when it was not known up front.
     if d.ceiling_bytes == 0 {
-        d.ceiling_bytes = oracle
-            .reports
-            .values()
-            .find_map(|r| r.ceiling_bytes)
-            .unwrap_or(0);
+        d.ceiling_bytes = reports.values().find_map(|r| r.ceiling_bytes).unwrap_or(0);
     }
-    let (reports, resumed) = (std::mem::take(&mut oracle.reports), oracle.resumed);
     Ok(BisectRun {
         diagnosis: d,
         reports,

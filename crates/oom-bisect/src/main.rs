@@ -2,6 +2,7 @@
 
 mod cli;
 mod commands;
+mod dispatch;
 mod exit_codes;
 mod experiment;
 mod files;

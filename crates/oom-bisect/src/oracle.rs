@@ -1,13 +1,15 @@
 //! The search's view of trials: a candidate becomes a config and then a request, the journal answers
-//! what it already knows, the runner answers the rest, and every new trial is journaled the moment
-//! it ends. Which runner answers is the caller's choice; nothing here spawns.
+//! what it already knows, the pool of workers answers the rest (starting what the search says it
+//! will need ahead, on idle workers), and every new trial is journaled the moment it ends. Which
+//! workers answer is the caller's choice; nothing here spawns.
 
 use crate::journal::Journal;
 use crate::settings::DeviceSettings;
 use deeplab::Config;
 use oom_search::{Candidate, Measurement, Oracle, Outcome};
-use oom_trial::{Fault, Request, TrialOutcome, TrialReport, TrialRunner};
+use oom_trial::{Fault, Pool, Request, TrialOutcome, TrialReport};
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The request that runs `config` on `device`.
 pub fn request(config: &Config, device: &DeviceSettings, fault: Option<Fault>) -> Request {
@@ -42,18 +44,73 @@ pub fn measurement(r: &TrialReport) -> Measurement {
     }
 }
 
-pub struct TrialOracle<'a, R: TrialRunner> {
-    pub base: Config,
-    pub device: &'a DeviceSettings,
-    pub runner: &'a R,
-    pub journal: Journal,
+/// A trial as the pool knows it: the candidate, its attempt, and the config's canonical key (what
+/// the journal files it under).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Job {
+    pub candidate: Candidate,
+    pub attempt: u32,
+    pub key: String,
+}
+
+/// The pool's journal hook: every trial is journaled on the worker that ran it, the moment it ends,
+/// whether the search has asked for it yet or not; nothing measured is lost to an interruption.
+pub fn journal_on_finish(journal: Arc<Mutex<Journal>>) -> oom_trial::pool::OnFinish<Job> {
+    Box::new(move |job: &Job, report: &TrialReport| {
+        lock(&journal).append(&job.key, job.attempt, &job.candidate, report)
+    })
+}
+
+fn lock(j: &Mutex<Journal>) -> MutexGuard<'_, Journal> {
+    j.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What every handle on the trials (the oracle and its forks) adds to.
+#[derive(Default)]
+pub struct Learned {
     /// Every report, by candidate and attempt, for the report's details.
     pub reports: HashMap<(Candidate, u32), TrialReport>,
     /// Trials answered from the journal instead of run.
     pub resumed: usize,
 }
 
-impl<R: TrialRunner> TrialOracle<'_, R> {
+pub struct TrialOracle<'a> {
+    pub base: &'a Config,
+    pub device: &'a DeviceSettings,
+    pub pool: &'a Pool<Job>,
+    pub journal: Arc<Mutex<Journal>>,
+    pub learned: Arc<Mutex<Learned>>,
+    /// A fork: it tells the pool when it stops asking.
+    forked: bool,
+}
+
+impl<'a> TrialOracle<'a> {
+    pub fn new(
+        base: &'a Config,
+        device: &'a DeviceSettings,
+        pool: &'a Pool<Job>,
+        journal: Arc<Mutex<Journal>>,
+    ) -> Self {
+        TrialOracle {
+            base,
+            device,
+            pool,
+            journal,
+            learned: Arc::default(),
+            forked: false,
+        }
+    }
+}
+
+impl Drop for TrialOracle<'_> {
+    fn drop(&mut self) {
+        if self.forked {
+            self.pool.join_searcher();
+        }
+    }
+}
+
+impl TrialOracle<'_> {
     /// The candidate as a config the model accepts, or why not.
     fn config(&self, candidate: &Candidate) -> Result<Config, String> {
         let config = self
@@ -63,9 +120,25 @@ impl<R: TrialRunner> TrialOracle<'_, R> {
         deeplab::Architecture::new(&config).map_err(|e| e.to_string())?;
         Ok(config)
     }
+
+    /// The job and request for a candidate that has no earlier result; `None` when it is not a
+    /// valid configuration (the search hears why from `run`) or the journal answers it.
+    fn job(&self, candidate: &Candidate, attempt: u32) -> Option<(Job, Request)> {
+        let config = self.config(candidate).ok()?;
+        let key = config.canonical_key();
+        if lock(&self.journal).lookup(&key, attempt).is_some() {
+            return None;
+        }
+        let job = Job {
+            candidate: candidate.clone(),
+            attempt,
+            key,
+        };
+        Some((job, request(&config, self.device, None)))
+    }
 }
 
-impl<R: TrialRunner> Oracle for TrialOracle<'_, R> {
+impl Oracle for TrialOracle<'_> {
     fn run(&mut self, candidate: &Candidate, attempt: u32) -> Measurement {
         let config = match self.config(candidate) {
             Ok(c) => c,
@@ -76,20 +149,53 @@ impl<R: TrialRunner> Oracle for TrialOracle<'_, R> {
             }
         };
         let key = config.canonical_key();
-        let (report, replayed) = match self.journal.lookup(&key, attempt) {
+        let earlier = lock(&self.journal).lookup(&key, attempt);
+        let (report, replayed) = match earlier {
             Some(r) => {
-                self.resumed += 1;
+                self.learned
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .resumed += 1;
                 (r, true)
             }
             None => {
-                let r = self.runner.run(&request(&config, self.device, None));
-                self.journal.append(&key, attempt, candidate, &r);
-                (r, false)
+                let job = Job {
+                    candidate: candidate.clone(),
+                    attempt,
+                    key,
+                };
+                let req = request(&config, self.device, None);
+                (self.pool.get(&job, &req).report, false)
             }
         };
         let mut m = measurement(&report);
         m.replayed = replayed;
-        self.reports.insert((candidate.clone(), attempt), report);
+        self.learned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .reports
+            .insert((candidate.clone(), attempt), report);
         m
+    }
+
+    fn prefetch(&mut self, asks: &[(Candidate, u32)], sure: bool) {
+        let jobs = asks.iter().filter_map(|(c, a)| self.job(c, *a)).collect();
+        self.pool.prefetch(jobs, sure);
+    }
+
+    /// Forks only where trials can run at once: with one worker, a fork would only add threads.
+    fn fork(&self) -> Option<Box<dyn Oracle + Send + '_>> {
+        if self.pool.workers() < 2 {
+            return None;
+        }
+        self.pool.fork_searcher();
+        Some(Box::new(TrialOracle {
+            base: self.base,
+            device: self.device,
+            pool: self.pool,
+            journal: Arc::clone(&self.journal),
+            learned: Arc::clone(&self.learned),
+            forked: true,
+        }))
     }
 }

@@ -324,6 +324,8 @@ pub struct BisectSettings {
     pub json: Option<PathBuf>,
     pub fresh: bool,
     pub quiet: bool,
+    /// Where trials run (`--devices`, `--jobs`, `--launcher`).
+    pub dispatch: crate::dispatch::Dispatch,
 }
 
 impl BisectSettings {
@@ -347,7 +349,9 @@ impl BisectSettings {
             modules: on(Step::Modules),
             minimise: on(Step::Minimal),
         };
+        let dispatch = crate::dispatch::Dispatch::resolve(args, device.backend)?;
         Ok(BisectSettings {
+            dispatch,
             workload,
             device,
             search,

@@ -174,6 +174,7 @@ impl Search<'_> {
     /// The top end must run out of memory and the bottom end fit; otherwise the verdict is settled
     /// here (all fit, not the cause, or an end that could not be measured).
     fn check_ends(&self, s: &mut Session<'_>, lo: usize, hi: usize) -> Ends {
+        s.guess(&[self.axis.at(self.base, lo)]);
         let top = self.probe(s, hi, lo, hi);
         match top.measurement.outcome {
             Outcome::Fits => {
@@ -236,6 +237,11 @@ impl Search<'_> {
             }
             let guess = predictor.next_guess(lo, hi, &open);
             let i = guess.unwrap_or_else(|| nearest_middle(lo, hi, &open));
+            let next: Vec<Candidate> = next_probes(i, lo, hi, &open, guess.is_some())
+                .into_iter()
+                .map(|j| self.axis.at(self.base, j))
+                .collect();
+            s.guess(&next);
             let p = self.probe(s, i, lo, hi);
             if guess.is_some() {
                 predictor.note_predicted(&p);
@@ -287,6 +293,10 @@ impl Search<'_> {
             axis: self.axis.name.clone(),
         };
         let (mut fit_again, mut oom_again) = (vec![], vec![]);
+        s.expect_reruns(
+            &[last_fit.candidate.clone(), first_oom.candidate.clone()],
+            runs,
+        );
         for _ in 0..runs {
             fit_again.push(s.rerun(&last_fit.candidate, purpose.clone()).outcome);
             oom_again.push(s.rerun(&first_oom.candidate, purpose.clone()).outcome);
@@ -333,6 +343,27 @@ fn tally(outcomes: &[Outcome], want: Outcome) -> String {
             format!(" (else {})", others.join(", "))
         }
     )
+}
+
+/// The probes that may follow probing `i` between `lo` and `hi`: its neighbours after a predicted
+/// probe (the predictor steps to one of them), else the middles of both halves.
+fn next_probes(i: usize, lo: usize, hi: usize, open: &[usize], predicted: bool) -> Vec<usize> {
+    let inside = |a: usize, b: usize| -> Vec<usize> {
+        open.iter().copied().filter(|j| *j > a && *j < b).collect()
+    };
+    if predicted {
+        return [i + 1, i.wrapping_sub(1)]
+            .into_iter()
+            .filter(|j| open.contains(j) && *j != i)
+            .collect();
+    }
+    [(i, hi), (lo, i)]
+        .into_iter()
+        .filter_map(|(a, b)| {
+            let o = inside(a, b);
+            (!o.is_empty()).then(|| nearest_middle(a, b, &o))
+        })
+        .collect()
 }
 
 /// Plain bisection: the open value nearest the middle.

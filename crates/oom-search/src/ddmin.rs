@@ -11,12 +11,23 @@ pub struct Reduced<T> {
     pub one_minimal: bool,
 }
 
+/// ddmin's test of a subset: `Some(true)` when it holds, `None` when it could not be resolved.
+pub trait DdTest<T> {
+    fn test(&mut self, items: &[T]) -> Option<bool>;
+    /// The sets this round will test, in order, until one holds: a test that can run several at
+    /// once may start them now.
+    fn upcoming(&mut self, _sets: &[Vec<T>]) {}
+}
+
+impl<T, F: FnMut(&[T]) -> Option<bool>> DdTest<T> for F {
+    fn test(&mut self, items: &[T]) -> Option<bool> {
+        self(items)
+    }
+}
+
 /// Finds a small subset of `items` for which `test` returns `Some(true)`. `test(items)` must hold
 /// (the caller checks it). `None` from `test` is "unresolved" and counts as not holding.
-pub fn ddmin<T: Clone + PartialEq>(
-    items: &[T],
-    test: &mut dyn FnMut(&[T]) -> Option<bool>,
-) -> Reduced<T> {
+pub fn ddmin<T: Clone + PartialEq>(items: &[T], test: &mut dyn DdTest<T>) -> Reduced<T> {
     let mut c: Vec<T> = items.to_vec();
     let mut n = 2usize;
     loop {
@@ -25,10 +36,20 @@ pub fn ddmin<T: Clone + PartialEq>(
         }
         let n_eff = n.min(c.len());
         let chunks = split(&c, n_eff);
+        let complements: Vec<Vec<T>> = if n_eff > 2 {
+            chunks
+                .iter()
+                .map(|chunk| c.iter().filter(|x| !chunk.contains(x)).cloned().collect())
+                .filter(|s: &Vec<T>| !s.is_empty())
+                .collect()
+        } else {
+            vec![]
+        };
+        test.upcoming(&[chunks.clone(), complements].concat());
         let mut reduced = false;
         // Reduce to a subset.
         for chunk in &chunks {
-            if test(chunk) == Some(true) {
+            if test.test(chunk) == Some(true) {
                 c = chunk.clone();
                 n = 2;
                 reduced = true;
@@ -45,7 +66,7 @@ pub fn ddmin<T: Clone + PartialEq>(
                 if complement.is_empty() {
                     continue;
                 }
-                if test(&complement) == Some(true) {
+                if test.test(&complement) == Some(true) {
                     c = complement;
                     n = (n_eff - 1).max(2);
                     reduced = true;
@@ -63,15 +84,17 @@ pub fn ddmin<T: Clone + PartialEq>(
         break;
     }
     // 1-minimality: every single removal must have been refuted, not merely left unresolved.
-    let one_minimal = (0..c.len()).all(|i| {
-        let without: Vec<T> = c
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| *j != i)
-            .map(|(_, x)| x.clone())
-            .collect();
-        test(&without) == Some(false)
-    });
+    let withouts: Vec<Vec<T>> = (0..c.len())
+        .map(|i| {
+            c.iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, x)| x.clone())
+                .collect()
+        })
+        .collect();
+    test.upcoming(&withouts);
+    let one_minimal = withouts.iter().all(|w| test.test(w) == Some(false));
     Reduced {
         items: c,
         one_minimal,

@@ -3,7 +3,7 @@
 //! original fits, its headroom and capacity.
 
 use crate::bisect::{bisect_axis, AxisOptions, AxisSearch, AxisVerdict};
-use crate::ddmin::ddmin;
+use crate::ddmin::{ddmin, DdTest};
 use crate::session::{Budget, Clock, Session, TrialRecord};
 use crate::{Axis, Candidate, Event, Measurement, Oracle, Outcome, Purpose};
 use serde::{Deserialize, Serialize};
@@ -176,6 +176,9 @@ pub fn diagnose(
     opts: &SearchOptions,
 ) -> Diagnosis {
     let mut s = Session::new(oracle, events, opts.budget, clock);
+    // Most originals run out of memory (that is why the tool is run): while the original runs, idle
+    // workers may start what an OOM diagnosis will need first.
+    s.guess(&oom_fan_out(space, opts));
     let original = s.measure(&Candidate::original(), Purpose::Original);
     let mut d = Diagnosis {
         ceiling_bytes: opts.ceiling,
@@ -198,8 +201,42 @@ pub fn diagnose(
     d
 }
 
+/// What an OOM diagnosis measures whatever the outcomes: the lowest value of each axis, each fix
+/// and every module swapped at once. Independent of each other, so they can all run at once.
+fn oom_fan_out(space: &Space, opts: &SearchOptions) -> Vec<Candidate> {
+    let base = Candidate::original();
+    let mut out: Vec<Candidate> = space
+        .axes
+        .iter()
+        .filter(|a| a.original > 0)
+        .map(|a| a.at(&base, 0))
+        .collect();
+    if opts.fixes {
+        out.extend(space.fixes.iter().map(fix_candidate));
+    }
+    if opts.modules && !space.modules.items.is_empty() {
+        out.push(space.modules.candidate(&base, &space.modules.items));
+    }
+    out
+}
+
+fn fix_candidate(fix: &Fix) -> Candidate {
+    let mut c = Candidate::original();
+    for (k, v) in &fix.sets {
+        c = c.with(k, v);
+    }
+    c
+}
+
 /// The original fits: how far each capacity axis can grow.
 fn capacity(s: &mut Session<'_>, space: &Space, opts: &SearchOptions) -> Vec<AxisSearch> {
+    let tops: Vec<Candidate> = space
+        .capacity
+        .iter()
+        .filter(|a| a.values.len() - 1 > a.original)
+        .map(|a| a.at(&Candidate::original(), a.values.len() - 1))
+        .collect();
+    s.expect(&tops);
     let mut out = vec![];
     for axis in &space.capacity {
         s.event(Event::Step {
@@ -223,14 +260,8 @@ fn capacity(s: &mut Session<'_>, space: &Space, opts: &SearchOptions) -> Vec<Axi
 
 /// The original runs out of memory: each axis, the fixes, the modules, the minimal failing one.
 fn explain_oom(s: &mut Session<'_>, space: &Space, opts: &SearchOptions, d: &mut Diagnosis) {
-    for axis in space.axes.iter().filter(|a| a.original > 0) {
-        s.event(Event::Step {
-            name: format!("axis {}", axis.name),
-        });
-        let base = Candidate::original();
-        d.axes
-            .push(bisect_axis(s, axis, &base, 0, axis.original, &opts.axis()));
-    }
+    s.expect(&oom_fan_out(space, opts));
+    d.axes = search_axes(s, space, opts);
     if opts.fixes {
         s.event(Event::Step {
             name: "fixes".into(),
@@ -251,14 +282,48 @@ fn explain_oom(s: &mut Session<'_>, space: &Space, opts: &SearchOptions, d: &mut
     }
 }
 
+/// Each axis from its lowest value to the original's. The axes share no candidate but the original,
+/// so where trials can run at once they are searched at once, each on a thread of its own; the
+/// result is the same as searching them in turn.
+fn search_axes(s: &mut Session<'_>, space: &Space, opts: &SearchOptions) -> Vec<AxisSearch> {
+    let axes: Vec<(usize, &Axis)> = space
+        .axes
+        .iter()
+        .filter(|a| a.original > 0)
+        .enumerate()
+        .collect();
+    let one = |s: &mut Session<'_>, (k, axis): &(usize, &Axis)| {
+        s.event(Event::Step {
+            name: format!("axis {}", axis.name),
+        });
+        s.set_rerun_floor(AXIS_RERUNS * (*k as u32 + 1));
+        let r = bisect_axis(
+            s,
+            axis,
+            &Candidate::original(),
+            0,
+            axis.original,
+            &opts.axis(),
+        );
+        s.set_rerun_floor(0);
+        r
+    };
+    if axes.len() > 1 {
+        if let Some(searched) = s.run_apart(&axes, &one) {
+            return searched;
+        }
+    }
+    axes.iter().map(|a| one(s, a)).collect()
+}
+
+/// Attempt numbers of each axis's re-runs: axis k's start at `AXIS_RERUNS * (k + 1)`.
+const AXIS_RERUNS: u32 = 1000;
+
 /// Each fix on its own, plus the largest batch and input size that fit (from the axes: no new trials).
 fn fixes(s: &mut Session<'_>, space: &Space, axes: &[AxisSearch]) -> Vec<FixResult> {
     let mut out = vec![];
     for fix in &space.fixes {
-        let mut c = Candidate::original();
-        for (k, v) in &fix.sets {
-            c = c.with(k, v);
-        }
+        let c = fix_candidate(fix);
         let m = s.measure(
             &c,
             Purpose::Fix {
@@ -316,10 +381,14 @@ fn culprits(s: &mut Session<'_>, modules: &Modules) -> ModulesVerdict {
         }
         Outcome::Fits => {}
     }
-    let r = ddmin(&modules.items, &mut |subset| {
-        let c = modules.candidate(&base, subset);
-        as_bool(&s.measure(&c, Purpose::Modules), Outcome::Fits)
-    });
+    let r = ddmin(
+        &modules.items,
+        &mut ModuleTest {
+            s,
+            modules,
+            base: &base,
+        },
+    );
     let candidate = modules.candidate(&base, &r.items);
     let measurement = s.measure(&candidate, Purpose::Modules);
     ModulesVerdict::Culprits {
@@ -327,6 +396,29 @@ fn culprits(s: &mut Session<'_>, modules: &Modules) -> ModulesVerdict {
         candidate,
         measurement,
         one_minimal: r.one_minimal,
+    }
+}
+
+/// ddmin's test: swapping a set of modules makes the original fit. The sets of a round are told to
+/// the oracle before they are tested one by one, so that idle workers can measure them ahead.
+struct ModuleTest<'s, 'a> {
+    s: &'s mut Session<'a>,
+    modules: &'s Modules,
+    base: &'s Candidate,
+}
+
+impl DdTest<ModuleItem> for ModuleTest<'_, '_> {
+    fn test(&mut self, subset: &[ModuleItem]) -> Option<bool> {
+        let c = self.modules.candidate(self.base, subset);
+        as_bool(&self.s.measure(&c, Purpose::Modules), Outcome::Fits)
+    }
+
+    fn upcoming(&mut self, sets: &[Vec<ModuleItem>]) {
+        let cs: Vec<Candidate> = sets
+            .iter()
+            .map(|set| self.modules.candidate(self.base, set))
+            .collect();
+        self.s.guess(&cs);
     }
 }
 
@@ -382,6 +474,12 @@ fn lower_on(
     i: usize,
     opts: &SearchOptions,
 ) -> usize {
+    let gallop: Vec<Candidate> = std::iter::successors(Some(1usize), |st| Some(st * 2))
+        .take_while(|st| *st <= i)
+        .map(|st| axis.at(cur, i - st))
+        .chain((i & (i - 1) != 0).then(|| axis.at(cur, 0)))
+        .collect();
+    s.guess(&gallop);
     let mut first_oom = i;
     let mut step = 1;
     let fit = loop {
@@ -414,6 +512,12 @@ fn lower_on(
 /// swapping more of them only makes the configuration less like the user's).
 fn minimise(s: &mut Session<'_>, space: &Space, opts: &SearchOptions) -> Minimal {
     let cur = shrink_axes(s, space, opts, Candidate::original());
+    let below: Vec<Candidate> = space
+        .axes
+        .iter()
+        .filter_map(|a| index_on(a, &cur).checked_sub(1).map(|j| a.at(&cur, j)))
+        .collect();
+    s.expect(&below);
     let measurement = s.measure(&cur, Purpose::Minimise);
     // The passing neighbours: one step lower on each axis, one more module swapped.
     let mut neighbours = vec![];

@@ -166,6 +166,21 @@ impl Axis {
 /// same sequence.
 pub trait Oracle {
     fn run(&mut self, candidate: &Candidate, attempt: u32) -> Measurement;
+
+    /// Trials the search will ask for soon, most urgent first, as `(candidate, attempt)`: an oracle
+    /// with idle workers may start them now (on other GPUs, other nodes). `sure` ones will be asked
+    /// for; guesses may not be, and each list of guesses replaces the guesses not yet started.
+    /// Never changes an answer: the search still asks for every result it uses through `run`, in
+    /// its own order, so its outcome does not depend on how many trials run at once.
+    fn prefetch(&mut self, _asks: &[(Candidate, u32)], _sure: bool) {}
+
+    /// Another handle on the same trials, for a step of the search run on a thread of its own (the
+    /// axes, which share no candidate but the original, are searched at once when trials can run
+    /// at once). What a fork learns must reach this oracle by itself (shared state). `None`, the
+    /// default, keeps the search sequential.
+    fn fork(&self) -> Option<Box<dyn Oracle + Send + '_>> {
+        None
+    }
 }
 
 /// Why a trial was asked for; shown by the progress display.

@@ -32,6 +32,22 @@ pub struct TrialRecord {
     pub measurement: Measurement,
 }
 
+/// What a session run apart measured: its settled results, attempt counters and trials.
+type Parts = (
+    HashMap<Candidate, Measurement>,
+    HashMap<Candidate, u32>,
+    Vec<TrialRecord>,
+);
+
+/// The clock of a session without a time budget.
+struct NoClock;
+
+impl Clock for NoClock {
+    fn elapsed(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
 pub struct Session<'a> {
     oracle: &'a mut dyn Oracle,
     events: &'a mut dyn FnMut(&Event),
@@ -43,6 +59,10 @@ pub struct Session<'a> {
     budget: Budget,
     clock: &'a dyn Clock,
     pub budget_exhausted: bool,
+    /// Re-runs are numbered from here up. Steps that may run on threads of their own (the axes)
+    /// each get their own range, so that two axes confirming the same candidate (the original)
+    /// re-run it apart, whether they run in turn or at once, under the same attempt numbers.
+    rerun_floor: u32,
 }
 
 impl<'a> Session<'a> {
@@ -61,7 +81,81 @@ impl<'a> Session<'a> {
             budget,
             clock,
             budget_exhausted: false,
+            rerun_floor: 0,
         }
+    }
+
+    /// Whether a trial or time budget is set (steps then run in order, so that what the budget
+    /// cuts does not depend on timing).
+    pub fn has_budget(&self) -> bool {
+        self.budget.max_trials.is_some() || self.budget.max_time.is_some()
+    }
+
+    /// Runs `step` for each item on a thread of its own, each with a fork of the oracle and a
+    /// session that starts with what this one knows; their events reach this session's display as
+    /// they happen. Their measurements are taken in afterwards in the order of `items`, so the
+    /// record does not depend on which thread finished first. `None` (nothing run) when the oracle
+    /// cannot fork or a budget is set.
+    pub fn run_apart<I: Sync, T: Send>(
+        &mut self,
+        items: &[I],
+        step: &(dyn Fn(&mut Session<'_>, &I) -> T + Sync),
+    ) -> Option<Vec<T>> {
+        if self.has_budget() {
+            return None;
+        }
+        let oracle: &dyn Oracle = &*self.oracle;
+        let mut forks = items
+            .iter()
+            .map(|_| oracle.fork())
+            .collect::<Option<Vec<_>>>()?;
+        let (cache, attempts) = (&self.cache, &self.attempts);
+        let events = &mut self.events;
+        let done: Vec<(T, Parts)> = std::thread::scope(|scope| {
+            let (tx, rx) = std::sync::mpsc::channel::<Event>();
+            let handles: Vec<_> = items
+                .iter()
+                .zip(forks.iter_mut())
+                .map(|(item, fork)| {
+                    let tx = tx.clone();
+                    scope.spawn(move || {
+                        let mut send = |e: &Event| drop(tx.send(e.clone()));
+                        let mut sub = Session {
+                            oracle: fork.as_mut(),
+                            events: &mut send,
+                            cache: cache.clone(),
+                            attempts: attempts.clone(),
+                            trials: vec![],
+                            budget: Budget::default(),
+                            clock: &NoClock,
+                            budget_exhausted: false,
+                            rerun_floor: 0,
+                        };
+                        let out = step(&mut sub, item);
+                        (out, (sub.cache, sub.attempts, sub.trials))
+                    })
+                })
+                .collect();
+            drop(tx);
+            for e in rx {
+                events(&e);
+            }
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a search step panicked"))
+                .collect()
+        });
+        let mut out = vec![];
+        for (t, (cache, attempts, trials)) in done {
+            self.cache.extend(cache);
+            for (c, n) in attempts {
+                let a = self.attempts.entry(c).or_insert(0);
+                *a = (*a).max(n);
+            }
+            self.trials.extend(trials);
+            out.push(t);
+        }
+        Some(out)
     }
 
     pub fn event(&mut self, e: Event) {
@@ -131,7 +225,76 @@ impl<'a> Session<'a> {
 
     /// A deliberate re-run of a candidate (boundary confirmation); does not replace the cached result.
     pub fn rerun(&mut self, c: &Candidate, purpose: Purpose) -> Measurement {
+        let next = self.next_rerun(c, 0);
+        self.attempts.insert(c.clone(), next);
         self.run_once(c, &purpose)
+    }
+
+    /// The attempt number of the `r`-th next re-run of `c`: at least the current re-run floor.
+    fn next_rerun(&self, c: &Candidate, r: u32) -> u32 {
+        self.attempts
+            .get(c)
+            .copied()
+            .unwrap_or(0)
+            .max(self.rerun_floor)
+            + r
+    }
+
+    /// Re-runs from here on are numbered from `floor` up (see `rerun_floor`).
+    pub fn set_rerun_floor(&mut self, floor: u32) {
+        self.rerun_floor = floor;
+    }
+
+    /// Candidates the search will measure soon: the oracle may start them ahead (see
+    /// [`Oracle::prefetch`]). Known results are left out, and so is anything past the trial budget.
+    pub fn expect(&mut self, candidates: &[Candidate]) {
+        self.hint(candidates, true);
+    }
+
+    /// Candidates the search may measure next (the neighbours of a probe whose outcome is not yet
+    /// known); they replace the earlier guesses.
+    pub fn guess(&mut self, candidates: &[Candidate]) {
+        self.hint(candidates, false);
+    }
+
+    /// `runs` re-runs of each candidate that [`Session::rerun`] will ask for, alternating between
+    /// the candidates as a confirmation does.
+    pub fn expect_reruns(&mut self, candidates: &[Candidate], runs: u32) {
+        let mut asks = vec![];
+        for r in 0..runs {
+            for c in candidates {
+                asks.push((c.clone(), self.next_rerun(c, r)));
+            }
+        }
+        self.send_hints(asks, true);
+    }
+
+    fn hint(&mut self, candidates: &[Candidate], sure: bool) {
+        let mut asks: Vec<(Candidate, u32)> = vec![];
+        for c in candidates {
+            if self.cache.contains_key(c) || asks.iter().any(|(a, _)| a == c) {
+                continue;
+            }
+            asks.push((c.clone(), self.attempts.get(c).copied().unwrap_or(0)));
+        }
+        self.send_hints(asks, sure);
+    }
+
+    fn send_hints(&mut self, mut asks: Vec<(Candidate, u32)>, sure: bool) {
+        if self.budget_exhausted
+            || self
+                .budget
+                .max_time
+                .is_some_and(|t| self.clock.elapsed() >= t)
+        {
+            return;
+        }
+        if let Some(max) = self.budget.max_trials {
+            asks.truncate(max.saturating_sub(self.trials_run()));
+        }
+        if !asks.is_empty() || !sure {
+            self.oracle.prefetch(&asks, sure);
+        }
     }
 
     pub fn trial_count(&self) -> usize {

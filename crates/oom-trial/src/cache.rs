@@ -1,6 +1,13 @@
 //! Kernel caches shared by every trial: each trial is a fresh process, so without a persistent cache
 //! every child compiles (NVRTC) and autotunes the same kernels again. The parent chooses one directory
 //! and passes it in the environment; the child points cubecl's compilation and autotune caches there.
+//!
+//! Concurrent trials share it safely: cubecl appends each compiled kernel to its chunk file in one
+//! `write(2)` on a file opened `O_APPEND` (atomic against other appenders on a local file system),
+//! and its table of contents is rewritten under a lock file. A trial killed in the middle of an
+//! append leaves a cut entry, which cubecl skips with a warning. What would crash cubecl is a
+//! directory it cannot write or a table of contents naming a chunk that is gone: [`usable`] checks
+//! for both before any trial starts and sets such a cache aside (`tests/kernel_cache.rs`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -36,4 +43,91 @@ pub fn configure(cmd: &mut Command, dir: Option<&Path>) {
         }
         None => cmd.env(KERNEL_CACHE_ENV, ""),
     };
+}
+
+/// The cache directory to use: `dir` if cubecl can use it, else `dir` set aside (renamed
+/// `*.broken-<pid>`) and a fresh one in its place; `None` (no cache) when even that fails. The
+/// second value is what the user should hear.
+pub fn usable(dir: Option<PathBuf>) -> (Option<PathBuf>, Option<String>) {
+    let Some(d) = dir else { return (None, None) };
+    let Err(why) = check(&d) else {
+        return (Some(d), None);
+    };
+    let aside = d.with_extension(format!("broken-{}", std::process::id()));
+    let moved = std::fs::rename(&d, &aside).is_ok();
+    match moved && check(&d).is_ok() {
+        true => (
+            Some(d),
+            Some(format!(
+                "the kernel cache was unusable ({why}); it was moved to {} and a new one started",
+                aside.display()
+            )),
+        ),
+        false => (
+            None,
+            Some(format!(
+                "the kernel cache {} is unusable ({why}); trials run without one (every trial \
+                 compiles its kernels)",
+                d.display()
+            )),
+        ),
+    }
+}
+
+/// Why cubecl would fail on the cache at `dir`, if it would: the directory must be writable, and
+/// every chunk a table of contents names must exist and be readable.
+pub fn check(dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let probe = dir.join(format!(".write-test-{}", std::process::id()));
+    std::fs::write(&probe, b"")
+        .and_then(|_| std::fs::remove_file(&probe))
+        .map_err(|e| format!("cannot write in {}: {e}", dir.display()))?;
+    for toc in files_named(dir, "toc.json.log") {
+        let text =
+            std::fs::read(&toc).map_err(|e| format!("cannot read {}: {e}", toc.display()))?;
+        let here = toc.parent().unwrap_or(dir);
+        for chunk in chunk_names(&String::from_utf8_lossy(&text)) {
+            let p = here.join(&chunk);
+            std::fs::File::open(&p).map_err(|e| {
+                format!("{} names {chunk}, which cannot be read: {e}", toc.display())
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Files called `name` under `dir`, at any depth.
+fn files_named(dir: &Path, name: &str) -> Vec<PathBuf> {
+    let mut out = vec![];
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if p.file_name().is_some_and(|n| n == name) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// The chunk files (`chunk0.cbor`, …) a table of contents names, each once.
+fn chunk_names(toc: &str) -> Vec<String> {
+    let mut out: Vec<String> = vec![];
+    for (i, _) in toc.match_indices("chunk") {
+        let rest = &toc[i..];
+        let end = rest.find(".cbor").map(|e| e + ".cbor".len());
+        if let Some(name) = end.map(|e| &rest[..e]) {
+            let digits = &name["chunk".len()..name.len() - ".cbor".len()];
+            if digits.chars().all(|c| c.is_ascii_digit()) && !out.iter().any(|o| o == name) {
+                out.push(name.to_string());
+            }
+        }
+    }
+    out
 }

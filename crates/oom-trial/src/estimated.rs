@@ -105,3 +105,17 @@ fn refused(events: Vec<ChildEvent>, in_use: u64, request: u64) -> Answer {
         exit_code: exit::OOM,
     }
 }
+
+/// `OOM_BISECT_FAKE_TRIAL_SECONDS`: a fake trial takes this long, as a real one would, so that the
+/// scheduling of trials (parallel workers, trials started ahead) can be timed without a GPU.
+pub const FAKE_SECONDS_ENV: &str = "OOM_BISECT_FAKE_TRIAL_SECONDS";
+
+pub fn pretend_to_train() {
+    let secs = std::env::var(FAKE_SECONDS_ENV)
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0);
+    if let Some(s) = secs {
+        std::thread::sleep(std::time::Duration::from_secs_f64(s.min(3600.0)));
+    }
+}

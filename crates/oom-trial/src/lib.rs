@@ -11,6 +11,7 @@ pub mod classify;
 pub mod cuda;
 pub mod estimated;
 pub mod outcome;
+pub mod pool;
 pub mod protocol;
 pub mod runner;
 pub mod switches;
@@ -18,9 +19,11 @@ pub mod switches;
 pub use outcome::{
     assemble, ChildExit, OomInfo, StageMemory, StepRecord, TrialOutcome, TrialReport,
 };
+pub use pool::{Finished, Pool, Worker};
 pub use protocol::{BackendKind, Ceiling, ChildEvent, Engine, Fault, Request, SUBCOMMAND};
 pub use runner::{
-    install_interrupt_handler, parse_events, EstimateRunner, ProcessRunner, TrialRunner,
+    install_interrupt_handler, kill_running_trials, parse_events, EstimateRunner, ProcessRunner,
+    TrialRunner, MAX_RUNNING,
 };
 pub use switches::Switches;
 
@@ -29,6 +32,21 @@ pub fn cuda_device() -> Result<String, String> {
     #[cfg(feature = "cuda")]
     {
         cuda::probe().map_err(|e| format!("{e:#}"))
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Err("this binary was built without the `cuda` feature".into())
+    }
+}
+
+/// How many CUDA devices this process sees (after any inherited `CUDA_VISIBLE_DEVICES`).
+pub fn cuda_device_count() -> Result<usize, String> {
+    #[cfg(feature = "cuda")]
+    {
+        cuda::probe().map_err(|e| format!("{e:#}"))?;
+        cudarc::driver::result::device::get_count()
+            .map(|n| n.max(0) as usize)
+            .map_err(|e| format!("{e:?}"))
     }
     #[cfg(not(feature = "cuda"))]
     {

@@ -104,6 +104,9 @@ pub struct TrialReport {
     pub ready_seconds: Option<f64>,
     #[serde(default)]
     pub built_seconds: Option<f64>,
+    /// Where the child ran (host, Slurm step), when it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub place: Option<crate::protocol::Place>,
 }
 
 impl TrialReport {
@@ -128,6 +131,7 @@ impl TrialReport {
             wall_seconds,
             ready_seconds: None,
             built_seconds: None,
+            place: None,
         }
     }
 }
@@ -160,6 +164,7 @@ pub fn assemble(
 /// Folds one event into the report.
 fn read_event(r: &mut TrialReport, t: &mut Trace, e: &ChildEvent) {
     match e {
+        ChildEvent::Place(p) => r.place = Some(p.clone()),
         ChildEvent::Start {
             backend,
             device,

@@ -105,10 +105,48 @@ pub struct Location {
     pub stage: String,
 }
 
+/// Where a child ran: its host, and the Slurm job step when a launcher started it as one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Place {
+    pub host: String,
+    /// `JOB.STEP`, from `SLURM_JOB_ID` and `SLURM_STEP_ID`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_step: Option<String>,
+    /// `CUDA_VISIBLE_DEVICES` as the child saw it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda_visible_devices: Option<String>,
+}
+
+impl Place {
+    /// This process's place, from its host name and environment.
+    pub fn here() -> Place {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let slurm_step = match (env("SLURM_JOB_ID"), env("SLURM_STEP_ID")) {
+            (Some(j), Some(s)) => Some(format!("{j}.{s}")),
+            _ => None,
+        };
+        let mut buf = [0u8; 256];
+        // SAFETY: gethostname writes at most `len` bytes into the buffer it is given.
+        let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+        let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+        Place {
+            host: if ok {
+                String::from_utf8_lossy(&buf[..end]).into_owned()
+            } else {
+                String::new()
+            },
+            slurm_step,
+            cuda_visible_devices: env("CUDA_VISIBLE_DEVICES"),
+        }
+    }
+}
+
 /// One line of the child's stdout.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum ChildEvent {
+    /// Where the child runs; its first line.
+    Place(Place),
     /// The device is ready and the ceiling in force.
     Start {
         backend: BackendKind,

@@ -30,16 +30,60 @@ pub trait TrialRunner {
 /// The exit code after an interruption; what was measured is in the journal.
 pub const INTERRUPTED: i32 = 130;
 
-/// The process group of the running child, for the signal handler (0: none).
-static CHILD_GROUP: AtomicI32 = AtomicI32::new(0);
+/// Trials that may run at once (one per worker of a pool); more workers than this are refused.
+pub const MAX_RUNNING: usize = 256;
+
+/// The process groups of the running children, for the signal handler (0: a free slot). A fixed
+/// array of atomics: the handler may read it at any moment, and may not lock or allocate.
+static CHILD_GROUPS: [AtomicI32; MAX_RUNNING] = [const { AtomicI32::new(0) }; MAX_RUNNING];
+
+/// Records a running child's group; the slot to clear when it ends.
+fn register_group(pg: i32) -> Option<usize> {
+    CHILD_GROUPS.iter().position(|s| {
+        s.compare_exchange(0, pg, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    })
+}
+
+fn unregister_group(slot: Option<usize>) {
+    if let Some(i) = slot {
+        CHILD_GROUPS[i].store(0, Ordering::SeqCst);
+    }
+}
+
+/// Sends `sig` to every running trial's process group.
+fn signal_running(sig: libc::c_int) {
+    for s in &CHILD_GROUPS {
+        let pg = s.load(Ordering::SeqCst);
+        if pg > 0 {
+            // SAFETY: signals a trial's own process group; it may already be gone, which is harmless.
+            unsafe { libc::kill(-pg, sig) };
+        }
+    }
+}
+
+/// How long a launcher (`srun`) gets after SIGTERM to cancel its job step before SIGKILL: killed
+/// outright, srun cannot tell Slurm, and the step would hold its GPU until Slurm notices.
+const LAUNCHER_GRACE: libc::timespec = libc::timespec {
+    tv_sec: 0,
+    tv_nsec: 300_000_000,
+};
+
+/// Kills every running trial's process group (a pool dropping the trials it started ahead).
+pub fn kill_running_trials() {
+    signal_running(libc::SIGTERM);
+    // SAFETY: nanosleep only reads the timespec it is given.
+    unsafe { libc::nanosleep(&LAUNCHER_GRACE, std::ptr::null_mut()) };
+    signal_running(libc::SIGKILL);
+}
 
 extern "C" fn on_interrupt(_: libc::c_int) {
-    let pg = CHILD_GROUP.load(Ordering::SeqCst);
-    // SAFETY: kill, write and _exit are async-signal-safe.
+    // SAFETY: kill, nanosleep, write and _exit are async-signal-safe; the array is read with
+    // atomics only.
     unsafe {
-        if pg > 0 {
-            libc::kill(-pg, libc::SIGKILL);
-        }
+        signal_running(libc::SIGTERM);
+        libc::nanosleep(&LAUNCHER_GRACE, std::ptr::null_mut());
+        signal_running(libc::SIGKILL);
         let msg = b"\noom-bisect: interrupted; finished trials are in the journal, re-run the same command to resume\n";
         libc::write(2, msg.as_ptr().cast(), msg.len());
         libc::_exit(INTERRUPTED);
@@ -86,19 +130,24 @@ impl Drop for SignalsHeld {
 }
 
 /// Trials in a child process: this binary's hidden `__trial` subcommand.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ProcessRunner {
     /// Past this, the child's group is killed and the trial is a timeout.
     pub timeout: Duration,
     /// The kernel-cache directory children share (`None`: no persistent cache).
     pub kernel_cache: Option<PathBuf>,
+    /// Words run before the binary, e.g. `srun -n1 --exact`: the trial then runs wherever that
+    /// launcher puts it (a Slurm job step), with the request on its stdin as ever.
+    pub launcher: Vec<String>,
+    /// Extra environment for the child, e.g. `CUDA_VISIBLE_DEVICES` naming this worker's GPU.
+    pub env: Vec<(String, String)>,
 }
 
 impl TrialRunner for ProcessRunner {
     fn run(&self, request: &Request) -> TrialReport {
         let started = Instant::now();
         let not_started = |why: String| assemble(&[], ChildExit::NotStarted(why), "", 0.0);
-        let mut child = match self.spawn() {
+        let (mut child, slot) = match self.spawn() {
             Ok(c) => c,
             Err(e) => return not_started(e.to_string()),
         };
@@ -114,7 +163,7 @@ impl TrialRunner for ProcessRunner {
         // Grandchildren (a compiler, a helper) die with the trial: nothing may outlive it.
         // SAFETY: signals the child's own process group; it may already be empty, which is harmless.
         unsafe { libc::kill(-pgid, libc::SIGKILL) };
-        CHILD_GROUP.store(0, Ordering::SeqCst);
+        unregister_group(slot);
         let stdout = out.join().unwrap_or_default();
         let stderr = err.join().unwrap_or_default();
         let wall = started.elapsed().as_secs_f64();
@@ -125,9 +174,17 @@ impl TrialRunner for ProcessRunner {
 impl ProcessRunner {
     /// Starts `__trial` in a new process group and records the group before any stop signal can be
     /// handled.
-    fn spawn(&self) -> std::io::Result<Child> {
+    fn spawn(&self) -> std::io::Result<(Child, Option<usize>)> {
         let exe = std::env::current_exe()?;
-        let mut cmd = Command::new(exe);
+        let mut cmd = match self.launcher.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         cmd.arg(SUBCOMMAND)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -154,9 +211,9 @@ impl ProcessRunner {
         };
         let held = SignalsHeld::new();
         let child = cmd.spawn()?;
-        CHILD_GROUP.store(child.id() as i32, Ordering::SeqCst);
+        let slot = register_group(child.id() as i32);
         drop(held);
-        Ok(child)
+        Ok((child, slot))
     }
 
     /// Waits for the child, killing its group at the time limit.
@@ -172,7 +229,13 @@ impl ProcessRunner {
                 }
                 Ok(None) if started.elapsed() > self.timeout => {
                     // SAFETY: signals the child's own process group, created for it in `spawn`.
-                    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+                    unsafe {
+                        if !self.launcher.is_empty() {
+                            libc::kill(-pgid, libc::SIGTERM);
+                            libc::nanosleep(&LAUNCHER_GRACE, std::ptr::null_mut());
+                        }
+                        libc::kill(-pgid, libc::SIGKILL)
+                    };
                     let _ = child.wait();
                     return ChildExit::TimedOut;
                 }

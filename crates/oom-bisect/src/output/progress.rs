@@ -2,10 +2,15 @@
 //! being searched, and one persistent line per finished trial. The bar is drawn only on a terminal;
 //! the lines also go to a non-terminal stderr (logs); `--quiet` silences both. stdout carries data.
 
+use crate::dispatch::Dispatch;
+use crate::oracle::Job;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use oom_search::{Event, Outcome};
+use oom_search::{Candidate, Event, Outcome};
 use oom_trial::fmt_bytes;
+use oom_trial::pool::OnStart;
+use std::collections::HashMap;
 use std::io::IsTerminal;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 pub struct Progress {
@@ -13,6 +18,29 @@ pub struct Progress {
     lines: bool,
     done: usize,
     started: Option<Instant>,
+    /// What each worker runs, when trials run on several.
+    board: Arc<Mutex<Board>>,
+}
+
+/// The workers' labels, what each runs now, and where each finished trial ran.
+#[derive(Default)]
+struct Board {
+    labels: Vec<String>,
+    running: Vec<Option<String>>,
+    ran_on: HashMap<(Candidate, u32), String>,
+}
+
+impl Board {
+    /// `cuda:0 ▸ batch=1 · cuda:1 ▸ idle`, for the bar.
+    fn line(&self) -> String {
+        let parts: Vec<String> = self
+            .labels
+            .iter()
+            .zip(&self.running)
+            .map(|(l, r)| format!("{l} ▸ {}", r.as_deref().unwrap_or("idle")))
+            .collect();
+        format!("[{}] ", parts.join(" · "))
+    }
 }
 
 impl Progress {
@@ -26,7 +54,7 @@ impl Progress {
             b.set_draw_target(ProgressDrawTarget::stderr());
             b.set_style(
                 ProgressStyle::with_template(
-                    "{spinner} [{elapsed_precise}] trial {pos}{len_part} {wide_msg}",
+                    "{spinner} [{elapsed_precise}] trial {pos}{len_part} {prefix}{wide_msg}",
                 )
                 .unwrap_or_else(|_| ProgressStyle::default_spinner())
                 .with_key(
@@ -46,7 +74,34 @@ impl Progress {
             lines: !quiet,
             done: 0,
             started: None,
+            board: Arc::default(),
         }
+    }
+
+    /// The pool's start hook: the bar shows what each worker runs, and each finished line where
+    /// it ran (only when there is more than one worker).
+    pub fn workers_view(&self, dispatch: &Dispatch) -> OnStart<Job> {
+        let labels: Vec<String> = dispatch.slots.iter().map(|s| s.label.clone()).collect();
+        if labels.len() < 2 {
+            return Box::new(|_, _| {});
+        }
+        {
+            let mut b = lock(&self.board);
+            b.running = vec![None; labels.len()];
+            b.labels = labels;
+        }
+        let (board, bar) = (Arc::clone(&self.board), self.bar.clone());
+        Box::new(move |worker, job| {
+            let mut b = lock(&board);
+            b.running[worker] = job.map(|j| j.candidate.to_string());
+            if let Some(j) = job {
+                let label = b.labels[worker].clone();
+                b.ran_on.insert((j.candidate.clone(), j.attempt), label);
+            }
+            if let Some(bar) = &bar {
+                bar.set_prefix(b.line());
+            }
+        })
     }
 
     fn line(&self, s: &str) {
@@ -104,8 +159,14 @@ impl Progress {
                 } else {
                     String::new()
                 };
+                let place = lock(&self.board)
+                    .ran_on
+                    .get(&(candidate.clone(), *attempt))
+                    .filter(|_| !measurement.replayed)
+                    .map(|l| format!(" on {l}"))
+                    .unwrap_or_default();
                 self.line(&format!(
-                    "  #{:<3} {outcome} {peak} {secs:>6.1}s  {candidate}{again}  ({purpose}){note}",
+                    "  #{:<3} {outcome} {peak} {secs:>6.1}s  {candidate}{again}  ({purpose}){place}{note}",
                     self.done
                 ));
             }
@@ -117,4 +178,8 @@ impl Progress {
             b.finish_and_clear();
         }
     }
+}
+
+fn lock(b: &Mutex<Board>) -> MutexGuard<'_, Board> {
+    b.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -1,0 +1,342 @@
+//! Trials on several workers at once: one worker per GPU (or per launcher slot), each running one
+//! trial at a time through its own [`TrialRunner`].
+//!
+//! The search stays sequential: it asks for one result at a time ([`Pool::get`]) and, beforehand,
+//! says what it will or may ask for next ([`Pool::prefetch`]). Idle workers start those ahead, so a
+//! result is often ready when it is asked for. Which worker ran a trial, and when, never changes
+//! what the search sees; only how soon.
+//!
+//! One worker is always kept for the search's next request while the search is not waiting on a
+//! trial: otherwise a worker that has just finished the trial the search asked for would take a
+//! guess, and the search's next request (the critical path) would wait behind it. With one worker,
+//! nothing is ever started ahead: one job behaves exactly as a sequential search.
+
+use crate::outcome::TrialReport;
+use crate::protocol::Request;
+use crate::runner::TrialRunner;
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+/// A worker: where its trials run (`cuda:1`, `srun slot 2`) and how.
+pub struct Worker {
+    pub label: String,
+    pub runner: Box<dyn TrialRunner + Send + Sync>,
+}
+
+/// Called on a worker's thread when a trial starts (`Some(key)`) or ends (`None`): for a display of
+/// what runs where.
+pub type OnStart<K> = Box<dyn Fn(usize, Option<&K>) + Send + Sync>;
+/// Called on a worker's thread the moment a trial ends, before anyone may ask for it: the journal.
+/// Not called for trials cut short because the pool was dropped.
+pub type OnFinish<K> = Box<dyn Fn(&K, &TrialReport) + Send + Sync>;
+
+/// A finished trial and the worker that ran it.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    pub report: TrialReport,
+    pub worker: usize,
+}
+
+struct State<K> {
+    /// What the search asked for and waits on.
+    wanted: VecDeque<(K, Request)>,
+    /// What it will ask for (run before guesses).
+    sure: VecDeque<(K, Request)>,
+    /// What it may ask for; replaced by every new list of guesses.
+    guesses: VecDeque<(K, Request)>,
+    running: Vec<Option<K>>,
+    done: HashMap<K, Finished>,
+    /// Threads of the search that may ask for a trial (1, or the forks while there are any).
+    searchers: usize,
+    forks: usize,
+    /// Searchers waiting on a trial, by the trial they wait on: the worker that finishes it hands
+    /// them their turn back before it takes anything else.
+    awaited: HashMap<K, usize>,
+    waiting: usize,
+    stop: bool,
+}
+
+impl<K: Clone + Eq + Hash> State<K> {
+    fn known(&self, k: &K) -> bool {
+        self.done.contains_key(k)
+            || self.running.iter().flatten().any(|r| r == k)
+            || [&self.wanted, &self.sure, &self.guesses]
+                .iter()
+                .any(|q| q.iter().any(|(q, _)| q == k))
+    }
+
+    /// The next trial for an idle worker, by priority; hints only while enough workers stay idle.
+    fn take(&mut self) -> Option<(K, Request)> {
+        if let Some(w) = self.wanted.pop_front() {
+            return Some(w);
+        }
+        // Keep a worker for each searcher that is not waiting: its next request comes at once.
+        let idle = self.running.iter().filter(|r| r.is_none()).count();
+        if idle <= self.searchers.saturating_sub(self.waiting) {
+            return None;
+        }
+        self.sure.pop_front().or_else(|| self.guesses.pop_front())
+    }
+}
+
+struct Shared<K> {
+    state: Mutex<State<K>>,
+    changed: Condvar,
+    on_start: OnStart<K>,
+    on_finish: OnFinish<K>,
+}
+
+impl<K> Shared<K> {
+    fn lock(&self) -> MutexGuard<'_, State<K>> {
+        // A worker that panicked holds no invariant the others rely on: go on with its state.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+pub struct Pool<K: Clone + Eq + Hash + Send + 'static> {
+    shared: Arc<Shared<K>>,
+    threads: Vec<JoinHandle<()>>,
+    labels: Vec<String>,
+}
+
+impl<K: Clone + Eq + Hash + Send + 'static> Pool<K> {
+    pub fn new(workers: Vec<Worker>, on_start: OnStart<K>, on_finish: OnFinish<K>) -> Pool<K> {
+        assert!(!workers.is_empty(), "a pool needs a worker");
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                wanted: VecDeque::new(),
+                sure: VecDeque::new(),
+                guesses: VecDeque::new(),
+                running: vec![None; workers.len()],
+                done: HashMap::new(),
+                searchers: 1,
+                forks: 0,
+                awaited: HashMap::new(),
+                waiting: 0,
+                stop: false,
+            }),
+            changed: Condvar::new(),
+            on_start,
+            on_finish,
+        });
+        let labels = workers.iter().map(|w| w.label.clone()).collect();
+        let threads = workers
+            .into_iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let shared = Arc::clone(&shared);
+                std::thread::spawn(move || work(&shared, i, w.runner.as_ref()))
+            })
+            .collect();
+        Pool {
+            shared,
+            threads,
+            labels,
+        }
+    }
+
+    pub fn workers(&self) -> usize {
+        self.labels.len()
+    }
+
+    pub fn label(&self, worker: usize) -> &str {
+        &self.labels[worker]
+    }
+
+    /// Trials that will (`sure`) or may be asked for, most urgent first. New guesses replace the
+    /// guesses not yet started; what is already known, queued or running is not queued again.
+    pub fn prefetch(&self, items: Vec<(K, Request)>, sure: bool) {
+        let mut st = self.shared.lock();
+        if !sure {
+            st.guesses.clear();
+        }
+        for (k, r) in items {
+            if !st.known(&k) {
+                if sure {
+                    st.sure.push_back((k, r));
+                } else {
+                    st.guesses.push_back((k, r));
+                }
+            }
+        }
+        drop(st);
+        self.shared.changed.notify_all();
+    }
+
+    /// The result of `key`, running `request` if nobody has started it; blocks until it is done.
+    pub fn get(&self, key: &K, request: &Request) -> Finished {
+        let mut st = self.shared.lock();
+        st.sure.retain(|(k, _)| k != key);
+        st.guesses.retain(|(k, _)| k != key);
+        if !st.known(key) {
+            st.wanted.push_back((key.clone(), request.clone()));
+        }
+        if !st.done.contains_key(key) {
+            st.waiting += 1;
+            *st.awaited.entry(key.clone()).or_insert(0) += 1;
+        }
+        self.shared.changed.notify_all();
+        loop {
+            if let Some(f) = st.done.get(key) {
+                return f.clone();
+            }
+            st = self
+                .shared
+                .changed
+                .wait(st)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// A thread of the search starts asking for trials beside the others (a fork); while forks
+    /// exist, the thread that forked them asks for none.
+    pub fn fork_searcher(&self) {
+        let mut st = self.shared.lock();
+        if st.forks == 0 {
+            st.searchers = 0;
+        }
+        st.forks += 1;
+        st.searchers += 1;
+    }
+
+    /// A fork is done asking.
+    pub fn join_searcher(&self) {
+        let mut st = self.shared.lock();
+        st.forks = st.forks.saturating_sub(1);
+        st.searchers = st.searchers.saturating_sub(1);
+        if st.forks == 0 {
+            st.searchers = 1;
+        }
+        drop(st);
+        self.shared.changed.notify_all();
+    }
+}
+
+impl<K: Clone + Eq + Hash + Send + 'static> Drop for Pool<K> {
+    /// Trials still running were started ahead and are not needed: they are killed, and not
+    /// journaled (a killed trial says nothing about the configuration).
+    fn drop(&mut self) {
+        let mut st = self.shared.lock();
+        st.stop = true;
+        let busy = st.running.iter().any(Option::is_some);
+        drop(st);
+        self.shared.changed.notify_all();
+        if busy {
+            crate::runner::kill_running_trials();
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn work<K: Clone + Eq + Hash>(shared: &Shared<K>, me: usize, runner: &dyn TrialRunner) {
+    loop {
+        let mut st = shared.lock();
+        let (key, request) = loop {
+            if st.stop {
+                return;
+            }
+            if let Some(job) = st.take() {
+                break job;
+            }
+            st = shared.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+        };
+        st.running[me] = Some(key.clone());
+        drop(st);
+        (shared.on_start)(me, Some(&key));
+        let report = runner.run(&request);
+        (shared.on_start)(me, None);
+        let mut st = shared.lock();
+        st.running[me] = None;
+        if st.stop {
+            return;
+        }
+        (shared.on_finish)(&key, &report);
+        if let Some(n) = st.awaited.remove(&key) {
+            st.waiting = st.waiting.saturating_sub(n);
+        }
+        st.done.insert(key, Finished { report, worker: me });
+        drop(st);
+        shared.changed.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::{assemble, ChildExit};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    /// A runner that sleeps the request's config (milliseconds) and counts what it ran.
+    struct Sleepy(Arc<AtomicUsize>);
+
+    impl TrialRunner for Sleepy {
+        fn run(&self, request: &Request) -> TrialReport {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            let ms: u64 = request.config.parse().unwrap();
+            std::thread::sleep(Duration::from_millis(ms));
+            assemble(&[], ChildExit::Code(0), "", ms as f64 / 1000.0)
+        }
+    }
+
+    fn req(ms: u64) -> Request {
+        Request {
+            config: ms.to_string(),
+            backend: crate::BackendKind::Cpu,
+            ceiling: crate::Ceiling::None,
+            engine: crate::Engine::Estimate,
+            fault: None,
+        }
+    }
+
+    fn pool(n: usize, ran: &Arc<AtomicUsize>, journal: &Arc<Mutex<Vec<u32>>>) -> Pool<u32> {
+        let workers = (0..n)
+            .map(|i| Worker {
+                label: format!("w{i}"),
+                runner: Box::new(Sleepy(Arc::clone(ran))) as Box<dyn TrialRunner + Send + Sync>,
+            })
+            .collect();
+        let j = Arc::clone(journal);
+        Pool::new(
+            workers,
+            Box::new(|_, _| {}),
+            Box::new(move |k, _| j.lock().unwrap().push(*k)),
+        )
+    }
+
+    /// Two workers run what is expected while the search waits on its own request; the expected
+    /// result is then answered without running again, and every finished trial was journaled.
+    #[test]
+    fn idle_workers_run_what_is_expected() {
+        let ran = Arc::new(AtomicUsize::new(0));
+        let journal = Arc::new(Mutex::new(vec![]));
+        let p = pool(2, &ran, &journal);
+        p.prefetch(vec![(2, req(100))], true);
+        let first = p.get(&1, &req(150));
+        let second = p.get(&2, &req(100));
+        assert_ne!(first.worker, second.worker, "ran on the same worker");
+        assert_eq!(ran.load(Ordering::SeqCst), 2);
+        let mut j = journal.lock().unwrap().clone();
+        j.sort();
+        assert_eq!(j, vec![1, 2]);
+    }
+
+    /// One worker never runs ahead: a sequential search spends exactly what it asks for.
+    #[test]
+    fn one_worker_runs_only_what_is_asked() {
+        let ran = Arc::new(AtomicUsize::new(0));
+        let journal = Arc::new(Mutex::new(vec![]));
+        let p = pool(1, &ran, &journal);
+        p.prefetch(vec![(7, req(10)), (8, req(10))], true);
+        p.prefetch(vec![(9, req(10))], false);
+        p.get(&1, &req(30));
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
+        drop(p);
+        assert_eq!(*journal.lock().unwrap(), vec![1]);
+    }
+}

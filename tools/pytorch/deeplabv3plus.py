@@ -68,8 +68,10 @@ def load(path, sets):
     m.setdefault("aspp_rates", {8: [12, 24, 36], 16: [6, 12, 18], 32: [3, 6, 9]}[m["output_stride"]])
     for k, v in [("optimizer", "sgd"), ("learning_rate", 0.01), ("momentum", 0.9),
                  ("weight_decay", 1e-4), ("loss_resolution", "full"), ("precision", "f32"),
-                 ("checkpointing", False), ("phase", "step"), ("steps", 3)]:
+                 ("checkpointing", False), ("phase", "step")]:
         t.setdefault(k, v)
+    # As oom-bisect's Config::steps: 2 under the pytorch memory model, 3 under burn's.
+    t.setdefault("steps", 3 if c.get("device", {}).get("memory_model") == "burn" else 2)
     return c
 
 

@@ -53,7 +53,7 @@ fn measured(c: &Config) -> u64 {
     let before = CURRENT.load(Relaxed);
     PEAK.store(before, Relaxed);
     let mut t = Trainer::<B>::new(c, &device).unwrap();
-    for _ in 0..c.train.steps {
+    for _ in 0..c.steps() {
         t.step(&mut |_| {});
     }
     drop(t);

@@ -57,6 +57,8 @@ pub struct BisectRun {
     pub journal: PathBuf,
     /// Trials answered from an earlier run's journal.
     pub resumed: usize,
+    /// Trials the workers finished, the ones started ahead and never asked for included.
+    pub trials_finished: usize,
 }
 
 /// Runs a diagnosis; shared by `bisect` and `bench`.
@@ -111,6 +113,7 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     let learned = std::mem::take(&mut *oracle.learned.lock().unwrap_or_else(|e| e.into_inner()));
     let (reports, resumed) = (learned.reports, learned.resumed);
     drop(oracle);
+    let trials_finished = pool.finished();
     // Trials started ahead that the search never asked for are killed, not waited for.
     drop(pool);
     progress.finish();
@@ -124,6 +127,7 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
         wall_seconds: clock.elapsed().as_secs_f64(),
         journal: journal_path,
         resumed,
+        trials_finished,
         settings: st,
     })
 }
@@ -209,6 +213,7 @@ fn report_run(args: &BisectArgs, run: &BisectRun) -> Result<i32> {
         title: output::title(&w.config),
         backend: st.device.label(),
         memory_model: w.config.device.memory_model(),
+        steps: w.config.steps(),
         original_report: run.reports.get(&(Candidate::original(), 0)),
         minimal_path: minimal.as_ref().map(|m| m.path.display().to_string()),
         minimal_config: minimal.as_ref().map(|m| m.config.clone()),
@@ -321,6 +326,15 @@ pub fn bench(args: &BenchArgs) -> Result<i32> {
             run.resumed,
             oom_trial::cache::dir().as_deref()
         )
+    );
+    let slots: Vec<&str> = st.dispatch.slots.iter().map(|s| s.label.as_str()).collect();
+    let used = run.diagnosis.trials.len() - run.resumed;
+    println!(
+        "  workers: {} ({}); {} trials run, {used} used by the search, {} started ahead and not needed",
+        slots.len(),
+        slots.join(", "),
+        run.trials_finished,
+        run.trials_finished.saturating_sub(used)
     );
     Ok(code)
 }

@@ -359,7 +359,7 @@ fn train<B: AutodiffBackend + deeplab::pytorch::PytorchOps>(
         seconds: since_start(),
     });
     let mut check = 0.0;
-    for step in 0..config.train.steps {
+    for step in 0..config.steps() {
         let t0 = Instant::now();
         let r = trainer.step(&mut |p| {
             let (phase, stage) = match p {

@@ -63,7 +63,7 @@ pub fn answer(req: &Request) -> Answer {
         events.push(mark("loss", held));
         return refused(events, held, peak - held);
     }
-    for step in 0..config.train.steps {
+    for step in 0..config.steps() {
         events.push(ChildEvent::Step {
             step,
             seconds: 0.0,

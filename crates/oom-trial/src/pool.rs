@@ -141,6 +141,11 @@ impl<K: Clone + Eq + Hash + Send + 'static> Pool<K> {
         self.labels.len()
     }
 
+    /// Trials finished so far (journaled), asked for or not.
+    pub fn finished(&self) -> usize {
+        self.shared.lock().done.len()
+    }
+
     pub fn label(&self, worker: usize) -> &str {
         &self.labels[worker]
     }
@@ -251,7 +256,7 @@ fn work<K: Clone + Eq + Hash>(shared: &Shared<K>, me: usize, runner: &dyn TrialR
         (shared.on_start)(me, None);
         let mut st = shared.lock();
         st.running[me] = None;
-        if st.stop {
+        if st.stop || crate::runner::interrupting() {
             return;
         }
         (shared.on_finish)(&key, &report);

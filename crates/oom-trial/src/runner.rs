@@ -18,7 +18,7 @@ use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 /// Runs one trial to its end and classifies it. A trial that cannot even start is an `error`
@@ -77,7 +77,17 @@ pub fn kill_running_trials() {
     signal_running(libc::SIGKILL);
 }
 
+/// Set by the interrupt handler before it kills the trials: a trial that ends in that moment was
+/// killed by us, and says nothing about its configuration (the pool does not journal it).
+static INTERRUPTING: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process is being interrupted (see `INTERRUPTING`).
+pub fn interrupting() -> bool {
+    INTERRUPTING.load(Ordering::SeqCst)
+}
+
 extern "C" fn on_interrupt(_: libc::c_int) {
+    INTERRUPTING.store(true, Ordering::SeqCst);
     // SAFETY: kill, nanosleep, write and _exit are async-signal-safe; the array is read with
     // atomics only.
     unsafe {

@@ -26,8 +26,10 @@ pub struct Progress {
 #[derive(Default)]
 struct Board {
     labels: Vec<String>,
-    running: Vec<Option<String>>,
-    ran_on: HashMap<(Candidate, u32), String>,
+    running: Vec<Option<(Job, Instant)>>,
+    /// Where each trial ran and how long it took there (the time between the search asking and
+    /// getting an answer says nothing when trials start ahead).
+    ran_on: HashMap<(Candidate, u32), (String, f64)>,
 }
 
 impl Board {
@@ -37,7 +39,10 @@ impl Board {
             .labels
             .iter()
             .zip(&self.running)
-            .map(|(l, r)| format!("{l} ▸ {}", r.as_deref().unwrap_or("idle")))
+            .map(|(l, r)| match r {
+                Some((job, _)) => format!("{l} ▸ {}", job.candidate),
+                None => format!("{l} ▸ idle"),
+            })
             .collect();
         format!("[{}] ", parts.join(" · "))
     }
@@ -93,10 +98,14 @@ impl Progress {
         let (board, bar) = (Arc::clone(&self.board), self.bar.clone());
         Box::new(move |worker, job| {
             let mut b = lock(&board);
-            b.running[worker] = job.map(|j| j.candidate.to_string());
-            if let Some(j) = job {
+            let ended = std::mem::replace(
+                &mut b.running[worker],
+                job.map(|j| (j.clone(), Instant::now())),
+            );
+            if let (None, Some((j, t))) = (job, ended) {
                 let label = b.labels[worker].clone();
-                b.ran_on.insert((j.candidate.clone(), j.attempt), label);
+                let secs = t.elapsed().as_secs_f64();
+                b.ran_on.insert((j.candidate, j.attempt), (label, secs));
             }
             if let Some(bar) = &bar {
                 bar.set_prefix(b.line());
@@ -137,10 +146,18 @@ impl Progress {
                 measurement,
             } => {
                 self.done += 1;
-                let secs = self
-                    .started
-                    .map(|t| t.elapsed().as_secs_f64())
-                    .unwrap_or(0.0);
+                let ran_on = lock(&self.board)
+                    .ran_on
+                    .get(&(candidate.clone(), *attempt))
+                    .cloned()
+                    .filter(|_| !measurement.replayed);
+                let secs = match &ran_on {
+                    Some((_, secs)) => *secs,
+                    None => self
+                        .started
+                        .map(|t| t.elapsed().as_secs_f64())
+                        .unwrap_or(0.0),
+                };
                 if let Some(b) = &self.bar {
                     b.set_position(self.done as u64);
                 }
@@ -159,12 +176,7 @@ impl Progress {
                 } else {
                     String::new()
                 };
-                let place = lock(&self.board)
-                    .ran_on
-                    .get(&(candidate.clone(), *attempt))
-                    .filter(|_| !measurement.replayed)
-                    .map(|l| format!(" on {l}"))
-                    .unwrap_or_default();
+                let place = ran_on.map(|(l, _)| format!(" on {l}")).unwrap_or_default();
                 self.line(&format!(
                     "  #{:<3} {outcome} {peak} {secs:>6.1}s  {candidate}{again}  ({purpose}){place}{note}",
                     self.done

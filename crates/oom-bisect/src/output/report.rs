@@ -12,6 +12,8 @@ pub struct Context<'a> {
     pub backend: String,
     /// The memory model in force (`device.memory_model`).
     pub memory_model: deeplab::MemoryModel,
+    /// Training steps per trial (`train.steps`, or its default for the memory model).
+    pub steps: usize,
     pub original_report: Option<&'a TrialReport>,
     pub minimal_path: Option<String>,
     pub minimal_config: Option<toml::Table>,
@@ -92,11 +94,12 @@ fn header(d: &Diagnosis, cx: &Context<'_>) -> String {
     }
     s += &format!("oom-bisect: {}\n", cx.title);
     s += &format!(
-        "backend {}, ceiling {}, memory model {} ({})\n\n",
+        "backend {}, ceiling {}, memory model {} ({}), {} training steps per trial\n\n",
         cx.backend,
         fmt_bytes(d.ceiling_bytes),
         cx.memory_model.name(),
-        memory_model_meaning(cx.memory_model)
+        memory_model_meaning(cx.memory_model),
+        cx.steps
     );
     for n in &cx.notes {
         s += &format!("note: {n}\n");
@@ -375,6 +378,7 @@ pub fn json(d: &Diagnosis, cx: &Context<'_>) -> Value {
         "ceiling_bytes": d.ceiling_bytes,
         "backend": cx.backend,
         "memory_model": cx.memory_model.name(),
+        "steps_per_trial": cx.steps,
         "notes": cx.notes,
         "fake_trials": cx.fake,
         "boundaries": boundaries,

@@ -27,7 +27,8 @@ if [ "$part" = a ]; then
     run warm-2gpu 240 --devices 0,1
     cp $OUT/r/warm-2gpu.txt /tmp/warm-2gpu.txt
 else
-    echo "kernel cache at start: $(du -sh /tmp/kc 2>/dev/null || echo none (machine was released: figures are cold))" >> $OUT/r/log.txt
+    kc=$(du -sh /tmp/kc 2>/dev/null || echo "none: the machine was released, figures are cold")
+    echo "kernel cache at start: $kc" >> $OUT/r/log.txt
     run warm-1gpu 330 --jobs 1
     # The report is everything before bench's timings; paths and times differ by design.
     strip() { sed '/^bench:/,$d' "$1" | grep -v -e '^Trials:' -e 'saved to' -e '^Reproduce'; }

@@ -105,7 +105,7 @@ impl<'a> Session<'a> {
             return None;
         }
         let oracle: &dyn Oracle = &*self.oracle;
-        let mut forks = items
+        let forks = items
             .iter()
             .map(|_| oracle.fork())
             .collect::<Option<Vec<_>>>()?;
@@ -115,9 +115,11 @@ impl<'a> Session<'a> {
             let (tx, rx) = std::sync::mpsc::channel::<Event>();
             let handles: Vec<_> = items
                 .iter()
-                .zip(forks.iter_mut())
-                .map(|(item, fork)| {
+                .zip(forks)
+                .map(|(item, mut fork)| {
                     let tx = tx.clone();
+                    // The fork moves into its thread and drops when the step ends: the oracle
+                    // then knows this searcher asks for nothing more.
                     scope.spawn(move || {
                         let mut send = |e: &Event| drop(tx.send(e.clone()));
                         let mut sub = Session {

@@ -121,7 +121,7 @@ mod tests {
     fn check(n: usize, holds: &dyn Fn(&[usize]) -> bool) -> Vec<usize> {
         let items: Vec<usize> = (0..n).collect();
         let mut memo: HashMap<Vec<usize>, bool> = HashMap::new();
-        let r = ddmin(&items, &mut |s| {
+        let r = ddmin(&items, &mut |s: &[usize]| {
             Some(*memo.entry(s.to_vec()).or_insert_with(|| holds(s)))
         });
         assert!(holds(&r.items), "result must hold: {:?}", r.items);
@@ -174,7 +174,7 @@ mod tests {
     fn unresolved_tests_are_reported_not_guessed() {
         let items: Vec<usize> = (0..6).collect();
         // 3 alone holds; every test of a set without 3 but with 4 is unresolved.
-        let r = ddmin(&items, &mut |s| {
+        let r = ddmin(&items, &mut |s: &[usize]| {
             if s.contains(&3) {
                 Some(true)
             } else if s.contains(&4) {
@@ -185,7 +185,7 @@ mod tests {
         });
         assert_eq!(r.items, vec![3]);
         assert!(r.one_minimal);
-        let r = ddmin(&items, &mut |s| {
+        let r = ddmin(&items, &mut |s: &[usize]| {
             if s.len() == 6 {
                 Some(true)
             } else {

@@ -370,7 +370,7 @@ fn inspect_prints_ids_and_the_exact_parameter_count() {
     );
     assert_eq!(code(&o), 0, "{}", text(&o));
     let t = text(&o);
-    assert!(t.contains("trainable parameters: 40352181"), "{t}");
+    assert!(t.contains("trainable parameters: 40,352,181"), "{t}");
     for id in [
         "backbone.layer3.5",
         "aspp.branch2",
@@ -391,7 +391,7 @@ fn inspect_prints_ids_and_the_exact_parameter_count() {
         ],
         &d,
     );
-    assert!(text(&o).contains("trainable parameters: 59344309"));
+    assert!(text(&o).contains("trainable parameters: 59,344,309"));
 }
 
 #[test]
@@ -442,6 +442,16 @@ fn fake_bisect_json_has_every_field() {
         .all(|f| f["change"].is_string() && f["outcome"].is_string()));
     assert!(r["trials"]["count"].as_u64().unwrap() > 5);
     assert!(r["trials"]["list"].as_array().unwrap().len() > 5);
+    assert_eq!(
+        r["steps_per_trial"], 2,
+        "the forum config under the pytorch model"
+    );
+    let costs = r["modules"]["costs"].as_array().unwrap();
+    assert!(costs.len() > 5, "{costs:?}");
+    assert!(costs
+        .iter()
+        .all(|c| c["item"].is_string() && c["outcome"].is_string()));
+    assert!(r["modules"]["culprits"].is_array());
     let min = r["minimal_failing"]["file"].as_str().unwrap();
     assert!(Path::new(&d.join(min)).exists() || Path::new(min).exists());
 }
@@ -632,4 +642,32 @@ fn a_changed_switch_measures_again() {
     let bad = bisect("sideways");
     assert_eq!(code(&bad), 2, "{}", text(&bad));
     assert!(text(&bad).contains("OOM_BISECT_FUSION"), "{}", text(&bad));
+}
+
+/// `--memory-limit none` drops the ceiling a config sets: a trial that runs out of memory under the
+/// config's 1 MiB fits without it.
+#[test]
+fn memory_limit_none_drops_the_configs_ceiling() {
+    let d = tmp("limit-none");
+    let cfg = write(
+        &d,
+        "c.toml",
+        &format!("{TINY}\n[device]\nmemory_limit = \"1MiB\"\n"),
+    );
+    let c = cfg.to_str().unwrap();
+    let o = run(&["trial", "--config", c, "--backend", "cpu"], &d);
+    assert_eq!(code(&o), 3, "{}", text(&o));
+    let o = run(
+        &[
+            "trial",
+            "--config",
+            c,
+            "--backend",
+            "cpu",
+            "--memory-limit",
+            "none",
+        ],
+        &d,
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o));
 }

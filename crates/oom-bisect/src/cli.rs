@@ -62,7 +62,7 @@ pub struct DeviceArgs {
     /// Backend: cuda or cpu [default: cuda when a device is found, else cpu]
     #[arg(long, value_enum)]
     pub backend: Option<BackendArg>,
-    /// Ceiling as a size: 24GiB, 24000MiB, or plain bytes
+    /// Ceiling as a size: 24GiB, 24000MiB, or plain bytes; `none` removes the config's ceiling
     #[arg(
         long,
         value_name = "SIZE",

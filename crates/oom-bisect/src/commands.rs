@@ -94,7 +94,8 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     if let (Some(line), false) = (st.dispatch.describe(), st.quiet) {
         eprintln!("oom-bisect: {line}");
     }
-    let mut progress = Progress::new(st.quiet, st.search.budget.max_trials);
+    let about = oom_search::expected_trials(&space, &st.search);
+    let mut progress = Progress::new(st.quiet, st.search.budget.max_trials, about);
     let journal = Arc::new(Mutex::new(journal));
     let pool = Pool::new(
         st.dispatch.workers(&runner(&st.device)),
@@ -300,10 +301,10 @@ pub fn trial(args: &TrialArgs) -> Result<i32> {
 
 pub fn inspect(args: &InspectArgs) -> Result<i32> {
     let w = Workload::load(&args.config)?;
-    crate::settings::check_device_section(&w.config)?;
+    let ceiling = crate::settings::check_device_section(&w.config)?;
     let arch =
         Architecture::new(&w.config).map_err(|e| user(code::CONFIG_INVALID, e.to_string()))?;
-    print!("{}", output::inspect::inspect(&w.config, &arch));
+    print!("{}", output::inspect::inspect(&w.config, &arch, ceiling));
     Ok(code::SUCCESS)
 }
 

@@ -202,8 +202,8 @@ impl CeilingKind {
 }
 
 /// Checks the config's `[device]` ceiling keys as a trial would (without looking for a device), so
-/// that `inspect` refuses what `trial` refuses.
-pub fn check_device_section(config: &Config) -> Result<()> {
+/// that `inspect` refuses what `trial` refuses; the ceiling they give.
+pub fn check_device_section(config: &Config) -> Result<Ceiling> {
     let no_flags = DeviceArgs {
         backend: None,
         memory_limit: None,
@@ -212,7 +212,7 @@ pub fn check_device_section(config: &Config) -> Result<()> {
         trial_timeout: 1,
         fake_trials: false,
     };
-    choose_ceiling(&no_flags, config).map(|_| ())
+    choose_ceiling(&no_flags, config).map(|(c, _)| c)
 }
 
 /// The ceiling the user asked for: a flag (they exclude each other) over the file's one key.
@@ -254,6 +254,8 @@ fn parse_ceiling(kind: CeilingKind, value: &str, name: &str) -> Result<Ceiling> 
     let bad = |m: String| user(code::BAD_CEILING, format!("{name}: {m}"));
     let shown = deeplab::config::printable(value, 80);
     match kind {
+        // `none` removes a ceiling the config sets (the flag wins over the file).
+        CeilingKind::Limit if value.trim().eq_ignore_ascii_case("none") => Ok(Ceiling::None),
         CeilingKind::Limit => {
             let size = parse_size(value).map_err(|m| bad(m.replace(value, &shown)))?;
             Ok(Ceiling::Bytes(size))

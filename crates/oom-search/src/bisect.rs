@@ -109,7 +109,7 @@ pub fn bisect_axis(
 }
 
 /// ceil(log2(n)) + 2: both ends, then halving the interval.
-fn plain_bisection_trials(n: usize) -> usize {
+pub(crate) fn plain_bisection_trials(n: usize) -> usize {
     let mut log = 0;
     while (1usize << log) < n {
         log += 1;
@@ -303,6 +303,19 @@ impl Search<'_> {
         }
         let stable = fit_again.iter().all(|o| *o == Outcome::Fits)
             && oom_again.iter().all(|o| *o == Outcome::Oom);
+        let unmeasured = |v: &[Outcome]| v.contains(&Outcome::Inconclusive);
+        if !stable && s.budget_exhausted && (unmeasured(&fit_again) || unmeasured(&oom_again)) {
+            // The budget ran out before the re-runs: the boundary stands, unconfirmed; a re-run
+            // that did run and disagreed still makes it unstable.
+            let disagreed = fit_again.contains(&Outcome::Oom) || oom_again.contains(&Outcome::Fits);
+            if !disagreed {
+                return AxisVerdict::Boundary {
+                    last_fit,
+                    first_oom,
+                    confirmed: false,
+                };
+            }
+        }
         if stable {
             return AxisVerdict::Boundary {
                 last_fit,

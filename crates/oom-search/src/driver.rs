@@ -126,6 +126,10 @@ pub enum ModulesVerdict {
         candidate: Candidate,
         measurement: Measurement,
         one_minimal: bool,
+        /// Other items that make it fit when swapped alone (the culprit is the one with the lowest
+        /// peak); empty when the culprits came from ddmin.
+        #[serde(default)]
+        also_alone: Vec<String>,
     },
     /// Even with every swappable module swapped the configuration runs out of memory.
     NoSetFits {
@@ -154,6 +158,15 @@ pub struct Neighbour {
     pub measurement: Measurement,
 }
 
+/// One module item swapped for identity on its own: what the configuration then needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModuleCost {
+    pub label: String,
+    pub ids: Vec<String>,
+    pub candidate: Candidate,
+    pub measurement: Measurement,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Diagnosis {
     pub ceiling_bytes: u64,
@@ -162,9 +175,36 @@ pub struct Diagnosis {
     pub capacity: Vec<AxisSearch>,
     pub fixes: Vec<FixResult>,
     pub modules: Option<ModulesVerdict>,
+    /// Every module item swapped alone, in the model's order (empty when modules were not searched).
+    #[serde(default)]
+    pub module_costs: Vec<ModuleCost>,
     pub minimal_failing: Option<Minimal>,
     pub trials: Vec<TrialRecord>,
     pub budget_exhausted: bool,
+}
+
+/// About how many trials a diagnosis of an original that runs out of memory takes, for progress:
+/// each axis as plain bisection plus its confirmations, every fix and module item, and a dozen for
+/// the modules' reduction and the minimal failing configuration. Not a promise: predictions often
+/// need fewer, inconclusive trials more.
+pub fn expected_trials(space: &Space, opts: &SearchOptions) -> usize {
+    let axes: usize = space
+        .axes
+        .iter()
+        .filter(|a| a.original > 0)
+        .map(|a| {
+            crate::bisect::plain_bisection_trials(a.original + 1) - 1
+                + 2 * opts.confirm_runs as usize
+        })
+        .sum();
+    let fixes = if opts.fixes { space.fixes.len() } else { 0 };
+    let modules = if opts.modules {
+        space.modules.items.len() + 4
+    } else {
+        0
+    };
+    let minimal = if opts.minimise { 8 } else { 0 };
+    1 + axes + fixes + modules + minimal
 }
 
 /// Runs the whole diagnosis against `oracle`, telling `events` as it goes and asking `clock` the time.
@@ -187,6 +227,7 @@ pub fn diagnose(
         capacity: vec![],
         fixes: vec![],
         modules: None,
+        module_costs: vec![],
         minimal_failing: None,
         trials: vec![],
         budget_exhausted: false,
@@ -202,7 +243,7 @@ pub fn diagnose(
 }
 
 /// What an OOM diagnosis measures whatever the outcomes: the lowest value of each axis, each fix
-/// and every module swapped at once. Independent of each other, so they can all run at once.
+/// and each module item swapped alone. Independent of each other, so they can all run at once.
 fn oom_fan_out(space: &Space, opts: &SearchOptions) -> Vec<Candidate> {
     let base = Candidate::original();
     let mut out: Vec<Candidate> = space
@@ -214,8 +255,13 @@ fn oom_fan_out(space: &Space, opts: &SearchOptions) -> Vec<Candidate> {
     if opts.fixes {
         out.extend(space.fixes.iter().map(fix_candidate));
     }
-    if opts.modules && !space.modules.items.is_empty() {
-        out.push(space.modules.candidate(&base, &space.modules.items));
+    if opts.modules {
+        let m = &space.modules;
+        out.extend(
+            m.items
+                .iter()
+                .map(|i| m.candidate(&base, std::slice::from_ref(i))),
+        );
     }
     out
 }
@@ -272,7 +318,9 @@ fn explain_oom(s: &mut Session<'_>, space: &Space, opts: &SearchOptions, d: &mut
         s.event(Event::Step {
             name: "modules".into(),
         });
-        d.modules = Some(culprits(s, &space.modules));
+        let (verdict, costs) = culprits(s, &space.modules);
+        d.modules = Some(verdict);
+        d.module_costs = costs;
     }
     if opts.minimise {
         s.event(Event::Step {
@@ -358,8 +406,55 @@ fn as_bool(m: &Measurement, want: Outcome) -> Option<bool> {
     }
 }
 
-/// ddmin for the smallest set of modules whose swap makes the original fit.
-fn culprits(s: &mut Session<'_>, modules: &Modules) -> ModulesVerdict {
+/// Each module item swapped alone, all at once where trials can run at once: the forum thread's
+/// method ("swap a block for identity, see if it still OOMs"), done for every item.
+fn module_costs(s: &mut Session<'_>, modules: &Modules) -> Vec<ModuleCost> {
+    let base = Candidate::original();
+    let alone: Vec<Candidate> = modules
+        .items
+        .iter()
+        .map(|i| modules.candidate(&base, std::slice::from_ref(i)))
+        .collect();
+    s.expect(&alone);
+    modules
+        .items
+        .iter()
+        .zip(alone)
+        .map(|(item, c)| ModuleCost {
+            label: item.label.clone(),
+            ids: item.ids.clone(),
+            measurement: s.measure(&c, Purpose::Modules),
+            candidate: c,
+        })
+        .collect()
+}
+
+/// The smallest set of modules whose swap makes the original fit: a single item when one alone
+/// fits (the one with the lowest peak; the others are named too), else ddmin over all items.
+/// Never a set larger than one measured to fit: ddmin starts from every item swapped, which fits.
+fn culprits(s: &mut Session<'_>, modules: &Modules) -> (ModulesVerdict, Vec<ModuleCost>) {
+    let costs = module_costs(s, modules);
+    let mut alone: Vec<&ModuleCost> = costs
+        .iter()
+        .filter(|c| c.measurement.outcome == Outcome::Fits)
+        .collect();
+    alone.sort_by_key(|c| c.measurement.peak_bytes.unwrap_or(u64::MAX));
+    if let Some((best, others)) = alone.split_first() {
+        let verdict = ModulesVerdict::Culprits {
+            items: vec![best.label.clone()],
+            candidate: best.candidate.clone(),
+            measurement: best.measurement.clone(),
+            // Swapping nothing is the original, which runs out of memory.
+            one_minimal: true,
+            also_alone: others.iter().map(|c| c.label.clone()).collect(),
+        };
+        return (verdict, costs);
+    }
+    (reduce(s, modules), costs)
+}
+
+/// ddmin over every module item, for when no item alone makes the original fit.
+fn reduce(s: &mut Session<'_>, modules: &Modules) -> ModulesVerdict {
     let base = Candidate::original();
     let all = modules.candidate(&base, &modules.items);
     let m = s.measure(&all, Purpose::Modules);
@@ -396,6 +491,7 @@ fn culprits(s: &mut Session<'_>, modules: &Modules) -> ModulesVerdict {
         candidate,
         measurement,
         one_minimal: r.one_minimal,
+        also_alone: vec![],
     }
 }
 

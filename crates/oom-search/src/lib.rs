@@ -16,8 +16,8 @@ mod session;
 pub use bisect::{bisect_axis, AxisOptions, AxisSearch, AxisVerdict, Probe};
 pub use ddmin::{ddmin, Reduced};
 pub use driver::{
-    diagnose, Diagnosis, Fix, FixResult, Minimal, ModuleItem, Modules, ModulesVerdict, Neighbour,
-    SearchOptions, Space,
+    diagnose, expected_trials, Diagnosis, Fix, FixResult, Minimal, ModuleCost, ModuleItem, Modules,
+    ModulesVerdict, Neighbour, SearchOptions, Space,
 };
 pub use model::predict_boundary;
 pub use session::{Budget, Clock, Session, TrialRecord};

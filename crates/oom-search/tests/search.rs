@@ -667,10 +667,15 @@ fn time_budget_stops_starting_trials_and_reports_inconclusive() {
     assert_eq!(slow.0.runs, 4, "trials start at 0, 0.3, 0.6 and 0.9 s");
     assert!(slow.0.runs < all);
     assert_eq!(d.original.outcome, Outcome::Oom);
-    // Four trials fit in the second; a confirmed boundary needs five.
+    // Four trials fit in the second; a confirmed boundary needs five: a boundary whose re-runs
+    // never ran is reported unconfirmed, not unstable.
     for a in &d.axes {
-        if let AxisVerdict::Boundary { .. } = a.verdict {
-            panic!("a boundary reported without its trials: {a:?}");
+        match a.verdict {
+            AxisVerdict::Boundary {
+                confirmed: true, ..
+            } => panic!("a boundary confirmed without its re-runs: {a:?}"),
+            AxisVerdict::Unstable { .. } => panic!("unrun re-runs called unstable: {a:?}"),
+            _ => {}
         }
     }
 }
@@ -721,5 +726,83 @@ fn capacity_when_the_original_fits() {
         d.capacity[0].trials - d.capacity[0].confirmations <= 3,
         "{:?}",
         d.capacity[0]
+    );
+}
+
+/// Memory is 100 plus what each present module costs; the ceiling is 310.
+struct Costs;
+
+const COSTS: [(&str, u64); 5] = [
+    ("backbone.layer3.1", 40),
+    ("backbone.layer4.1", 40),
+    ("attention", 120),
+    ("aspp.pool", 5),
+    ("decoder", 90),
+];
+
+impl Oracle for Costs {
+    fn run(&mut self, c: &Candidate, _attempt: u32) -> Measurement {
+        let ids = c.get("model.identity").unwrap_or("[]");
+        let need: u64 = 100
+            + COSTS
+                .iter()
+                .filter(|(id, _)| !ids.contains(&format!("\"{id}\"")))
+                .map(|(_, m)| m)
+                .sum::<u64>();
+        let mut m = Measurement::new(if need <= 310 {
+            Outcome::Fits
+        } else {
+            Outcome::Oom
+        });
+        m.peak_bytes = Some(need.min(310));
+        m
+    }
+}
+
+/// Issue 13's case: one module (attention) alone makes it fit, but ddmin from every module would
+/// first meet a set of backbone blocks. The culprit is exactly that module; the others that fit
+/// alone are named; every module's cost is measured on its own.
+#[test]
+fn a_module_that_alone_fits_is_the_culprit() {
+    let mut s = space();
+    s.modules.items = COSTS
+        .iter()
+        .map(|(id, _)| ModuleItem {
+            label: id.to_string(),
+            ids: vec![id.to_string()],
+        })
+        .collect();
+    s.axes.clear();
+    s.fixes.clear();
+    let opts = SearchOptions {
+        ceiling: 310,
+        minimise: false,
+        ..Default::default()
+    };
+    let d = diagnose(&mut Costs, &mut |_| {}, &TestClock::default(), &s, &opts);
+    let Some(ModulesVerdict::Culprits {
+        items,
+        also_alone,
+        one_minimal,
+        ..
+    }) = &d.modules
+    else {
+        panic!("{:?}", d.modules)
+    };
+    assert_eq!(items, &["attention"]);
+    assert_eq!(also_alone, &["decoder"]);
+    assert!(*one_minimal);
+    assert_eq!(d.module_costs.len(), COSTS.len());
+    let fits: Vec<&str> = d
+        .module_costs
+        .iter()
+        .filter(|c| c.measurement.outcome == Outcome::Fits)
+        .map(|c| c.label.as_str())
+        .collect();
+    assert_eq!(fits, ["attention", "decoder"]);
+    assert_eq!(
+        d.trials.len(),
+        1 + COSTS.len(),
+        "the original and one trial per module"
     );
 }

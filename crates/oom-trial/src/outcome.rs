@@ -297,7 +297,7 @@ fn by_exit(
             Some(format!(
                 "killed after the time limit ({wall_seconds:.0} s), last at {}",
                 last_at
-                    .map(|l| format!("step {} {}", l.step, l.stage))
+                    .map(|l| format!("step {} {}", l.step + 1, l.stage))
                     .unwrap_or_else(|| "start".into())
             )),
         ),

@@ -3,12 +3,12 @@
 //! peak of a step. All from the architecture: no tensor is allocated.
 
 use deeplab::{Architecture, Config, MemoryEstimate};
-use oom_trial::fmt_bytes;
+use oom_trial::{fmt_bytes, Ceiling};
 
-pub fn inspect(c: &Config, arch: &Architecture) -> String {
+pub fn inspect(c: &Config, arch: &Architecture, ceiling: Ceiling) -> String {
     let est = arch.memory_estimate(c);
     let mut s = format!("{}\n", super::title(c));
-    s += &format!("trainable parameters: {}\n", est.params);
+    s += &format!("trainable parameters: {}\n", super::count(est.params));
     s += &modules(arch);
     s += &stages(&est);
     let p = est.peak;
@@ -23,13 +23,14 @@ pub fn inspect(c: &Config, arch: &Architecture) -> String {
         fmt_bytes(p.batch),
         fmt_bytes(p.activations),
     );
+    s += &against(&est, ceiling);
     s
 }
 
 fn modules(arch: &Architecture) -> String {
     let mut s = "\nModules (ids for `identity = [..]`):\n".to_string();
     s += &format!(
-        "  {:<24} {:>11}  {:<40} swappable\n",
+        "  {:<24} {:>13}  {:<40} swappable\n",
         "id", "params", "kind"
     );
     let params = arch.params_by_module();
@@ -39,7 +40,12 @@ fn modules(arch: &Architecture) -> String {
             (None, false) => "yes".to_string(),
             (Some(why), false) => format!("no: {why}"),
         };
-        s += &format!("  {:<24} {:>11}  {:<40} {swappable}\n", m.id, p, m.kind);
+        s += &format!(
+            "  {:<24} {:>13}  {:<40} {swappable}\n",
+            m.id,
+            super::count(*p),
+            m.kind
+        );
     }
     s
 }
@@ -68,4 +74,30 @@ fn stages(est: &MemoryEstimate) -> String {
         );
     }
     s
+}
+
+/// The estimate against the config's ceiling, when the config gives one in bytes.
+fn against(est: &MemoryEstimate, ceiling: Ceiling) -> String {
+    let need = est.peak.total();
+    match ceiling {
+        Ceiling::None => "No ceiling in the config: nothing to compare the estimate with.\n".into(),
+        Ceiling::Fraction(f) => format!(
+            "The config's ceiling is {:.0}% of the device; inspect does not look for a device, \
+             so the estimate is not compared with it.\n",
+            f * 100.0
+        ),
+        Ceiling::Bytes(c) if need <= c => format!(
+            "Against the config's ceiling of {}: the estimate fits, {} to spare ({:.0}% of it).\n",
+            fmt_bytes(c),
+            fmt_bytes(c - need),
+            need as f64 / c as f64 * 100.0
+        ),
+        Ceiling::Bytes(c) => format!(
+            "Against the config's ceiling of {}: the estimate is over by {} (+{:.0}%); `bisect` \
+             measures why.\n",
+            fmt_bytes(c),
+            fmt_bytes(need - c),
+            (need as f64 / c as f64 - 1.0) * 100.0
+        ),
+    }
 }

@@ -10,6 +10,19 @@ pub mod trial_table;
 
 use deeplab::{Config, Optimizer};
 
+/// A count with thousands separators, as a user reads it: `40,352,181`.
+pub fn count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// `word` as one shell word: as it is when it holds nothing the shell would read, else in single
 /// quotes (a `'` inside becomes `'\''`).
 pub fn shell_word(word: &str) -> String {
@@ -86,5 +99,16 @@ mod tests {
         assert_eq!(shell_word("it's"), "'it'\\''s'");
         assert_eq!(shell_word("a b"), "'a b'");
         assert_eq!(shell_word(""), "''");
+    }
+}
+
+#[cfg(test)]
+mod count_tests {
+    #[test]
+    fn counts_have_thousands_separators() {
+        assert_eq!(super::count(0), "0");
+        assert_eq!(super::count(999), "999");
+        assert_eq!(super::count(1000), "1,000");
+        assert_eq!(super::count(40_352_181), "40,352,181");
     }
 }

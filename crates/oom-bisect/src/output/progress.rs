@@ -49,27 +49,19 @@ impl Board {
 }
 
 impl Progress {
-    pub fn new(quiet: bool, max_trials: Option<usize>) -> Progress {
+    /// `about`: the trials a diagnosis is expected to take, for "n of about N" and the time left
+    /// (the budget's cap when it is lower).
+    pub fn new(quiet: bool, max_trials: Option<usize>, about: usize) -> Progress {
         let tty = std::io::stderr().is_terminal();
         let bar = (!quiet && tty).then(|| {
-            let b = match max_trials {
-                Some(n) => ProgressBar::new(n as u64),
-                None => ProgressBar::new_spinner(),
-            };
+            let n = max_trials.map_or(about, |m| m.min(about)).max(1);
+            let b = ProgressBar::new(n as u64);
             b.set_draw_target(ProgressDrawTarget::stderr());
             b.set_style(
                 ProgressStyle::with_template(
-                    "{spinner} [{elapsed_precise}] trial {pos}{len_part} {prefix}{wide_msg}",
+                    "{spinner} [{elapsed_precise}] {pos} of about {len} trials done, ~{eta} left {prefix}{wide_msg}",
                 )
-                .unwrap_or_else(|_| ProgressStyle::default_spinner())
-                .with_key(
-                    "len_part",
-                    move |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
-                        if let Some(l) = s.len() {
-                            let _ = write!(w, "/{l}");
-                        }
-                    },
-                ),
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
             );
             b.enable_steady_tick(Duration::from_millis(120));
             b
@@ -159,6 +151,10 @@ impl Progress {
                         .unwrap_or(0.0),
                 };
                 if let Some(b) = &self.bar {
+                    // "About": past the expectation, the total follows the count.
+                    if self.done as u64 >= b.length().unwrap_or(0) {
+                        b.set_length(self.done as u64 + 1);
+                    }
                     b.set_position(self.done as u64);
                 }
                 let outcome = match measurement.outcome {

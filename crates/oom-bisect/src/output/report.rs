@@ -55,6 +55,8 @@ fn boundary_row(a: &AxisSearch) -> String {
             if *confirmed {
                 let n = a.confirmations / 2 + 1;
                 format!(", confirmed {n}/{n}")
+            } else if a.confirmations > 0 {
+                ", unconfirmed (the budget ran out before the re-runs)".to_string()
             } else {
                 String::new()
             }
@@ -121,7 +123,7 @@ fn verdict(d: &Diagnosis, cx: &Context<'_>) -> String {
                 .map(|x| {
                     format!(
                         " in step {} after {}{}",
-                        x.step.unwrap_or(0),
+                        x.step.unwrap_or(0) + 1,
                         x.stage.as_deref().unwrap_or("start"),
                         x.bytes
                             .map(|b| format!(", allocating {}", fmt_bytes(b)))
@@ -198,29 +200,65 @@ fn boundaries(d: &Diagnosis) -> String {
 }
 
 fn modules(d: &Diagnosis) -> String {
-    match &d.modules {
+    let verdict = match &d.modules {
         Some(ModulesVerdict::Culprits {
             items,
             measurement,
             one_minimal,
+            also_alone,
             ..
         }) => format!(
-            "\nModules: swapping {{{}}} for identity makes it fit ({}){}.\n",
+            "\nModules: swapping {{{}}} for identity makes it fit ({}){}{}.\n",
             items.join(", "),
             measurement
                 .peak_bytes
                 .map(fmt_bytes)
                 .unwrap_or_else(|| measurement.outcome.to_string()),
-            if *one_minimal {
-                "; swapping any one fewer does not (1-minimal)"
+            match (items.len(), *one_minimal) {
+                (1, _) => "",
+                (_, true) => "; no single module does, and swapping any one fewer does not",
+                (_, false) => "; not proven minimal (some probes were inconclusive)",
+            },
+            if also_alone.is_empty() {
+                String::new()
             } else {
-                "; not proven 1-minimal (some probes were inconclusive)"
+                format!(
+                    "; each of {} alone also makes it fit",
+                    also_alone.join(", ")
+                )
             }
         ),
         Some(ModulesVerdict::NoSetFits { message })
         | Some(ModulesVerdict::Inconclusive { message }) => format!("\nModules: {message}.\n"),
-        None => String::new(),
+        None => return String::new(),
+    };
+    verdict + &module_costs(d)
+}
+
+/// Every module item swapped alone, most memory saved first: fits by peak, then the ones that
+/// still run out of memory.
+fn module_costs(d: &Diagnosis) -> String {
+    if d.module_costs.is_empty() {
+        return String::new();
     }
+    let mut rows: Vec<&oom_search::ModuleCost> = d.module_costs.iter().collect();
+    rows.sort_by_key(|c| {
+        (
+            c.measurement.outcome != Outcome::Fits,
+            c.measurement.peak_bytes.unwrap_or(u64::MAX),
+        )
+    });
+    let mut s = "  each module swapped alone for identity:\n".to_string();
+    for c in rows {
+        let what = match (c.measurement.outcome, c.measurement.peak_bytes) {
+            (Outcome::Fits, Some(p)) => format!("fits   peak {}", fmt_bytes(p)),
+            (Outcome::Fits, None) => "fits".to_string(),
+            (Outcome::Oom, _) => "OOM".to_string(),
+            (Outcome::Inconclusive, _) => format!("??     {}", c.measurement.note),
+        };
+        s += &format!("    {:<28} {what}\n", c.label);
+    }
+    s
 }
 
 fn fixes(d: &Diagnosis) -> String {
@@ -382,7 +420,20 @@ pub fn json(d: &Diagnosis, cx: &Context<'_>) -> Value {
         "notes": cx.notes,
         "fake_trials": cx.fake,
         "boundaries": boundaries,
-        "modules": d.modules,
+        "modules": {
+            "verdict": d.modules,
+            // The smallest set measured to fit, as module ids; empty when none fits.
+            "culprits": match &d.modules {
+                Some(ModulesVerdict::Culprits { candidate, .. }) => swapped_ids(candidate),
+                _ => vec![],
+            },
+            "costs": d.module_costs.iter().map(|c| json!({
+                "item": c.label,
+                "ids": c.ids,
+                "outcome": c.measurement.outcome,
+                "peak_bytes": c.measurement.peak_bytes,
+            })).collect::<Vec<_>>(),
+        },
         "fixes": d.fixes.iter().map(|f| json!({
             "change": f.change,
             "candidate": f.candidate.to_sets(),
@@ -399,4 +450,18 @@ pub fn json(d: &Diagnosis, cx: &Context<'_>) -> Value {
         "wall_seconds": cx.wall_seconds,
         "reproduce": cx.reproduce,
     })
+}
+
+/// The module ids a candidate swaps for identity (its `model.identity` list).
+fn swapped_ids(c: &oom_search::Candidate) -> Vec<String> {
+    let Some(list) = c.get("model.identity") else {
+        return vec![];
+    };
+    toml::from_str::<toml::Table>(&format!("v = {list}"))
+        .ok()
+        .and_then(|t| t.get("v").and_then(|v| v.as_array()).cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|v| v.as_str().map(String::from))
+        .collect()
 }

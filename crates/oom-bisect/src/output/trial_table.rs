@@ -1,5 +1,6 @@
 //! The per-stage memory table of one trial (`oom-bisect trial`): the readings of the last step
-//! reached, every step, the peak, and how it ended.
+//! reached, every step, the peak, and how it ended. Steps are counted from 1 here, as a user counts
+//! them (the protocol and the JSON count from 0).
 
 use oom_trial::{fmt_bytes, TrialReport};
 
@@ -22,7 +23,8 @@ fn summary(r: &TrialReport) -> String {
     );
     if let Some(p) = r.params {
         s += &format!(
-            "parameters: {p}   held between steps (parameters, optimizer state, batch): {}\n",
+            "parameters: {}   held between steps (parameters, optimizer state, batch): {}\n",
+            super::count(p as u64),
             r.base_bytes.map(fmt_bytes).unwrap_or_default()
         );
     }
@@ -33,7 +35,10 @@ fn stages(r: &TrialReport) -> String {
     let Some(step) = r.stages.iter().map(|x| x.step).max() else {
         return String::new();
     };
-    let mut s = format!("\nstep {step} (the last one reached), memory after each stage:\n");
+    let mut s = format!(
+        "\nstep {} (the last one reached), memory after each stage:\n",
+        step + 1
+    );
     s += &format!(
         "  {:<26} {:<9} {:>12} {:>12} {:>9}\n",
         "stage", "phase", "in use", "device", "at"
@@ -59,7 +64,7 @@ fn steps(r: &TrialReport) -> String {
     for st in &r.steps {
         s += &format!(
             "  step {}  {:>7.2} s{}  in use after {:>10}  loss {:.4}\n",
-            st.step,
+            st.step + 1,
             st.seconds,
             if st.step == 0 {
                 " (includes kernel compilation)"
@@ -94,7 +99,7 @@ fn ending(r: &TrialReport) -> String {
     if let Some(o) = &r.oom {
         s += &format!(
             "OUT OF MEMORY in step {} during {} after {}{}\n  {}\n",
-            o.step.unwrap_or(0),
+            o.step.unwrap_or(0) + 1,
             o.phase.map(|p| p.name()).unwrap_or("setup"),
             o.stage.as_deref().unwrap_or("start"),
             o.bytes

@@ -1,5 +1,6 @@
 //! The search space of one workload: its monotone axes (values in order of growing memory), the
-//! capacity axes used when it fits, the fixes a user would try, and the module groups for ddmin.
+//! capacity axes used when it fits, the fixes a user would try, and the module items (each swapped
+//! alone, then ddmin when none alone fits).
 
 use crate::cli::Step;
 use deeplab::{ids, Architecture, Config, LossResolution, Optimizer, Phase, Precision};
@@ -131,7 +132,7 @@ fn phase_axis(config: &Config) -> Axis {
     }
 }
 
-/// ddmin items: the model's swap groups (later blocks of each layer together, every head module).
+/// Module items: the model's swap groups (later blocks of each layer together, every head module).
 fn module_items(arch: &Architecture) -> Modules {
     Modules {
         key: "model.identity".into(),

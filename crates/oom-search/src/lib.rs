@@ -214,7 +214,7 @@ impl fmt::Display for Purpose {
             Purpose::Confirm { axis } => write!(f, "{axis}: confirm boundary"),
             Purpose::Capacity { axis } => write!(f, "{axis}: capacity"),
             Purpose::Fix { change } => write!(f, "fix: {change}"),
-            Purpose::Modules => f.write_str("modules (ddmin)"),
+            Purpose::Modules => f.write_str("modules"),
             Purpose::Minimise => f.write_str("minimal failing configuration"),
         }
     }

@@ -12,7 +12,9 @@ use crate::{experiment, space};
 use anyhow::Result;
 use deeplab::Architecture;
 use oom_search::{diagnose, Candidate, Clock, Diagnosis, Outcome};
-use oom_trial::{fmt_bytes, Fault, Pool, ProcessRunner, TrialOutcome, TrialReport, TrialRunner};
+use oom_trial::{
+    fmt_bytes, BackendKind, Fault, Pool, ProcessRunner, TrialOutcome, TrialReport, TrialRunner,
+};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -21,7 +23,9 @@ use std::time::{Duration, Instant};
 /// The runner every command uses: a child process per trial (training, or the estimate with
 /// `--fake-trials`).
 fn runner(device: &DeviceSettings) -> ProcessRunner {
-    let (kernel_cache, warning) = oom_trial::cache::usable(oom_trial::cache::dir());
+    // Only CUDA trials compile kernels: a CPU run neither checks nor creates the cache.
+    let dir = oom_trial::cache::dir().filter(|_| device.backend == BackendKind::Cuda);
+    let (kernel_cache, warning) = oom_trial::cache::usable(dir);
     if let Some(w) = warning {
         eprintln!("oom-bisect: warning: {w}");
     }

@@ -11,7 +11,7 @@
 use crate::cli::BisectArgs;
 use crate::exit_codes::{self as code, user};
 use anyhow::Result;
-use oom_trial::{BackendKind, ProcessRunner, TrialRunner, Worker};
+use oom_trial::{BackendKind, ProcessRunner, Worker};
 
 /// One worker's place: its label and what its trials' processes get.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,13 +69,12 @@ impl Dispatch {
     pub fn workers(&self, base: &ProcessRunner) -> Vec<Worker> {
         self.slots
             .iter()
-            .map(|s| Worker {
-                label: s.label.clone(),
-                runner: Box::new(ProcessRunner {
+            .map(|s| {
+                Box::new(ProcessRunner {
                     launcher: self.launcher.clone(),
                     env: s.env.clone(),
                     ..base.clone()
-                }) as Box<dyn TrialRunner + Send + Sync>,
+                }) as Worker
             })
             .collect()
     }

@@ -110,76 +110,74 @@ impl Drop for TrialOracle<'_> {
     }
 }
 
+/// Where a candidate's result comes from.
+enum Answer {
+    /// An earlier run's journal.
+    Earlier(Box<TrialReport>),
+    /// A trial, run now (or already started ahead).
+    Run(Job, Request),
+}
+
 impl TrialOracle<'_> {
-    /// The candidate as a config the model accepts, or why not.
-    fn config(&self, candidate: &Candidate) -> Result<Config, String> {
+    /// Where the result of `candidate`'s `attempt` comes from, or why it is not a valid
+    /// configuration.
+    fn answer(&self, candidate: &Candidate, attempt: u32) -> Result<Answer, String> {
         let config = self
             .base
             .with_overrides(&candidate.to_sets())
             .map_err(|e| e.to_string())?;
         deeplab::Architecture::new(&config).map_err(|e| e.to_string())?;
-        Ok(config)
-    }
-
-    /// The job and request for a candidate that has no earlier result; `None` when it is not a
-    /// valid configuration (the search hears why from `run`) or the journal answers it.
-    fn job(&self, candidate: &Candidate, attempt: u32) -> Option<(Job, Request)> {
-        let config = self.config(candidate).ok()?;
         let key = config.canonical_key();
-        if lock(&self.journal).lookup(&key, attempt).is_some() {
-            return None;
+        if let Some(r) = lock(&self.journal).lookup(&key, attempt) {
+            return Ok(Answer::Earlier(Box::new(r)));
         }
         let job = Job {
             candidate: candidate.clone(),
             attempt,
             key,
         };
-        Some((job, request(&config, self.device, None)))
+        Ok(Answer::Run(job, request(&config, self.device, None)))
+    }
+
+    fn learned(&self) -> MutexGuard<'_, Learned> {
+        self.learned.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 impl Oracle for TrialOracle<'_> {
     fn run(&mut self, candidate: &Candidate, attempt: u32) -> Measurement {
-        let config = match self.config(candidate) {
-            Ok(c) => c,
+        let (report, replayed) = match self.answer(candidate, attempt) {
             Err(e) => {
                 let mut m = Measurement::new(Outcome::Inconclusive);
                 m.note = format!("not a valid configuration: {e}");
                 return m;
             }
-        };
-        let key = config.canonical_key();
-        let earlier = lock(&self.journal).lookup(&key, attempt);
-        let (report, replayed) = match earlier {
-            Some(r) => {
-                self.learned
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .resumed += 1;
-                (r, true)
+            Ok(Answer::Earlier(r)) => {
+                self.learned().resumed += 1;
+                (*r, true)
             }
-            None => {
-                let job = Job {
-                    candidate: candidate.clone(),
-                    attempt,
-                    key,
-                };
-                let req = request(&config, self.device, None);
-                (self.pool.get(&job, &req).report, false)
-            }
+            Ok(Answer::Run(job, req)) => (self.pool.get(&job, &req).report, false),
         };
         let mut m = measurement(&report);
         m.replayed = replayed;
-        self.learned
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        self.learned()
             .reports
             .insert((candidate.clone(), attempt), report);
         m
     }
 
+    /// With one worker nothing is started ahead, so the hints are not even turned into requests.
     fn prefetch(&mut self, asks: &[(Candidate, u32)], sure: bool) {
-        let jobs = asks.iter().filter_map(|(c, a)| self.job(c, *a)).collect();
+        if self.pool.workers() < 2 {
+            return;
+        }
+        let jobs = asks
+            .iter()
+            .filter_map(|(c, a)| match self.answer(c, *a) {
+                Ok(Answer::Run(job, req)) => Some((job, req)),
+                _ => None,
+            })
+            .collect();
         self.pool.prefetch(jobs, sure);
     }
 

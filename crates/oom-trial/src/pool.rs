@@ -19,11 +19,8 @@ use std::hash::Hash;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-/// A worker: where its trials run (`cuda:1`, `srun slot 2`) and how.
-pub struct Worker {
-    pub label: String,
-    pub runner: Box<dyn TrialRunner + Send + Sync>,
-}
+/// A worker's way of running trials (its place is in the runner: a GPU, a launcher).
+pub type Worker = Box<dyn TrialRunner + Send + Sync>;
 
 /// Called on a worker's thread when a trial starts (`Some(key)`) or ends (`None`): for a display of
 /// what runs where.
@@ -48,8 +45,7 @@ struct State<K> {
     guesses: VecDeque<(K, Request)>,
     running: Vec<Option<K>>,
     done: HashMap<K, Finished>,
-    /// Threads of the search that may ask for a trial (1, or the forks while there are any).
-    searchers: usize,
+    /// Forks of the search asking for trials; while there are none, the search is one thread.
     forks: usize,
     /// Searchers waiting on a trial, by the trial they wait on: the worker that finishes it hands
     /// them their turn back before it takes anything else.
@@ -74,7 +70,8 @@ impl<K: Clone + Eq + Hash> State<K> {
         }
         // Keep a worker for each searcher that is not waiting: its next request comes at once.
         let idle = self.running.iter().filter(|r| r.is_none()).count();
-        if idle <= self.searchers.saturating_sub(self.waiting) {
+        let searchers = self.forks.max(1);
+        if idle <= searchers.saturating_sub(self.waiting) {
             return None;
         }
         self.sure.pop_front().or_else(|| self.guesses.pop_front())
@@ -98,7 +95,6 @@ impl<K> Shared<K> {
 pub struct Pool<K: Clone + Eq + Hash + Send + 'static> {
     shared: Arc<Shared<K>>,
     threads: Vec<JoinHandle<()>>,
-    labels: Vec<String>,
 }
 
 impl<K: Clone + Eq + Hash + Send + 'static> Pool<K> {
@@ -111,7 +107,6 @@ impl<K: Clone + Eq + Hash + Send + 'static> Pool<K> {
                 guesses: VecDeque::new(),
                 running: vec![None; workers.len()],
                 done: HashMap::new(),
-                searchers: 1,
                 forks: 0,
                 awaited: HashMap::new(),
                 waiting: 0,
@@ -121,33 +116,24 @@ impl<K: Clone + Eq + Hash + Send + 'static> Pool<K> {
             on_start,
             on_finish,
         });
-        let labels = workers.iter().map(|w| w.label.clone()).collect();
         let threads = workers
             .into_iter()
             .enumerate()
             .map(|(i, w)| {
                 let shared = Arc::clone(&shared);
-                std::thread::spawn(move || work(&shared, i, w.runner.as_ref()))
+                std::thread::spawn(move || work(&shared, i, w.as_ref()))
             })
             .collect();
-        Pool {
-            shared,
-            threads,
-            labels,
-        }
+        Pool { shared, threads }
     }
 
     pub fn workers(&self) -> usize {
-        self.labels.len()
+        self.shared.lock().running.len()
     }
 
     /// Trials finished so far (journaled), asked for or not.
     pub fn finished(&self) -> usize {
         self.shared.lock().done.len()
-    }
-
-    pub fn label(&self, worker: usize) -> &str {
-        &self.labels[worker]
     }
 
     /// Trials that will (`sure`) or may be asked for, most urgent first. New guesses replace the
@@ -198,22 +184,13 @@ impl<K: Clone + Eq + Hash + Send + 'static> Pool<K> {
     /// A thread of the search starts asking for trials beside the others (a fork); while forks
     /// exist, the thread that forked them asks for none.
     pub fn fork_searcher(&self) {
-        let mut st = self.shared.lock();
-        if st.forks == 0 {
-            st.searchers = 0;
-        }
-        st.forks += 1;
-        st.searchers += 1;
+        self.shared.lock().forks += 1;
     }
 
     /// A fork is done asking.
     pub fn join_searcher(&self) {
         let mut st = self.shared.lock();
         st.forks = st.forks.saturating_sub(1);
-        st.searchers = st.searchers.saturating_sub(1);
-        if st.forks == 0 {
-            st.searchers = 1;
-        }
         drop(st);
         self.shared.changed.notify_all();
     }
@@ -300,10 +277,7 @@ mod tests {
 
     fn pool(n: usize, ran: &Arc<AtomicUsize>, journal: &Arc<Mutex<Vec<u32>>>) -> Pool<u32> {
         let workers = (0..n)
-            .map(|i| Worker {
-                label: format!("w{i}"),
-                runner: Box::new(Sleepy(Arc::clone(ran))) as Box<dyn TrialRunner + Send + Sync>,
-            })
+            .map(|_| Box::new(Sleepy(Arc::clone(ran))) as Worker)
             .collect();
         let j = Arc::clone(journal);
         Pool::new(

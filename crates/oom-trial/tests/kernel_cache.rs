@@ -25,6 +25,17 @@ fn ptx(key: &str) -> String {
     format!("// {key}\n").repeat(200 + key.len() * 13)
 }
 
+/// A cache under `root` holding kernels `k0`, `k1`, … (`n` of them), closed again.
+fn filled(name: &str, n: usize) -> PathBuf {
+    let root = dir(name);
+    let mut c = open(&root);
+    for i in 0..n {
+        let k = format!("k{i}");
+        c.insert(k.clone(), ptx(&k)).unwrap();
+    }
+    root
+}
+
 fn the_chunk(root: &Path) -> PathBuf {
     let mut todo = vec![root.to_path_buf()];
     while let Some(d) = todo.pop() {
@@ -81,14 +92,7 @@ fn two_concurrent_writers_lose_and_corrupt_nothing() {
 /// still opens, the kernels before it are there, and the check finds nothing to set aside.
 #[test]
 fn a_cut_entry_costs_only_itself() {
-    let root = dir("cut");
-    {
-        let mut c = open(&root);
-        for i in 0..5 {
-            let k = format!("k{i}");
-            c.insert(k.clone(), ptx(&k)).unwrap();
-        }
-    }
+    let root = filled("cut", 5);
     let chunk = the_chunk(&root);
     let bytes = std::fs::read(&chunk).unwrap();
     let whole = bytes.len();
@@ -105,11 +109,7 @@ fn a_cut_entry_costs_only_itself() {
 /// the check names it, and `usable` moves the cache aside and starts a fresh one.
 #[test]
 fn a_cache_that_would_crash_cubecl_is_set_aside() {
-    let root = dir("broken");
-    {
-        let mut c = open(&root);
-        c.insert("k".into(), ptx("k")).unwrap();
-    }
+    let root = filled("broken", 1);
     std::fs::remove_file(the_chunk(&root)).unwrap();
     let why = oom_trial::cache::check(&root).unwrap_err();
     assert!(why.contains("chunk0.cbor"), "{why}");

@@ -85,6 +85,12 @@ pub struct DeviceArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_TRIAL_TIMEOUT,
           value_parser = clap::value_parser!(u64).range(1..=7 * 24 * 3600))]
     pub trial_timeout: u64,
+    /// Your own training command as the trial, run through `sh -c`: `{config}` becomes the
+    /// candidate's config file (also $OOM_BISECT_CONFIG), the ceiling is $OOM_BISECT_MEMORY_LIMIT
+    /// (held on CUDA, only passed on on the CPU). Exit 0 fits; a framework's out-of-memory message
+    /// is an OOM; anything else an error. See the README, "Your own training script"
+    #[arg(long, value_name = "COMMAND", conflicts_with = "fake_trials")]
+    pub exec: Option<String>,
     /// Internal: answer trials from the analytic estimate instead of running them (tests)
     #[arg(long, hide = true)]
     pub fake_trials: bool,

@@ -23,8 +23,11 @@ use std::time::{Duration, Instant};
 /// The runner every command uses: a child process per trial (training, or the estimate with
 /// `--fake-trials`).
 fn runner(device: &DeviceSettings) -> ProcessRunner {
-    // Only CUDA trials compile kernels: a CPU run neither checks nor creates the cache.
-    let dir = oom_trial::cache::dir().filter(|_| device.backend == BackendKind::Cuda);
+    // Only burn's CUDA trials compile kernels: a CPU run or a user's command neither checks nor
+    // creates the cache.
+    let burn_cuda =
+        device.backend == BackendKind::Cuda && device.engine == oom_trial::Engine::Train;
+    let dir = oom_trial::cache::dir().filter(|_| burn_cuda);
     let (kernel_cache, warning) = oom_trial::cache::usable(dir);
     if let Some(w) = warning {
         eprintln!("oom-bisect: warning: {w}");
@@ -227,6 +230,7 @@ fn report_run(args: &BisectArgs, run: &BisectRun) -> Result<i32> {
         resumed: run.resumed,
         wall_seconds: run.wall_seconds,
         fake: st.device.engine == oom_trial::Engine::Estimate,
+        exec: st.device.exec_command(),
         notes: refusals(&w.config, d),
     };
     print!("{}", report::text(d, &cx));
@@ -279,11 +283,14 @@ pub fn trial(args: &TrialArgs) -> Result<i32> {
         FaultArg::BrokenModule => Fault::BrokenModule,
         FaultArg::DeviceThreadOom => Fault::DeviceThreadOom,
     });
+    let answered_by = match device.exec_command() {
+        Some(command) => format!("your command: {command}"),
+        None => format!("memory model {}", w.config.device.memory_model().name()),
+    };
     eprintln!(
-        "oom-bisect: {} on {}, memory model {}",
+        "oom-bisect: {} on {}, {answered_by}",
         output::title(&w.config),
         device.label(),
-        w.config.device.memory_model().name()
     );
     if let Some(why) = Architecture::new(&w.config)
         .ok()

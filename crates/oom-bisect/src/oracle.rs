@@ -17,7 +17,7 @@ pub fn request(config: &Config, device: &DeviceSettings, fault: Option<Fault>) -
         config: config.to_toml_string(),
         backend: device.backend,
         ceiling: device.ceiling,
-        engine: device.engine,
+        engine: device.engine.clone(),
         fault,
     }
 }

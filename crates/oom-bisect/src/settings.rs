@@ -74,16 +74,18 @@ pub struct DeviceSettings {
 
 impl DeviceSettings {
     pub fn resolve(args: &DeviceArgs, config: &Config) -> Result<DeviceSettings> {
-        let engine = if args.fake_trials {
-            Engine::Estimate
-        } else {
-            Engine::Train
+        let engine = match (&args.exec, args.fake_trials) {
+            (Some(command), _) => Engine::Exec {
+                command: check_exec(command)?,
+            },
+            (None, true) => Engine::Estimate,
+            (None, false) => Engine::Train,
         };
         let switches = Switches::from_env().map_err(|e| user(code::USAGE, e))?;
         let mut notes = vec![];
-        let (backend, device_name) = resolve_backend(args, config, engine, &mut notes)?;
+        let (backend, device_name) = resolve_backend(args, config, &engine, &mut notes)?;
         let (ceiling, ceiling_arg) = choose_ceiling(args, config)?;
-        let ceiling_bytes = check_ceiling(ceiling, backend, engine, device_name.as_deref())?;
+        let ceiling_bytes = check_ceiling(ceiling, backend, &engine, device_name.as_deref())?;
         if backend == BackendKind::Cpu && ceiling == Ceiling::None {
             notes.push(
                 "no memory ceiling given; the CPU backend will use all host memory \
@@ -114,16 +116,32 @@ impl DeviceSettings {
         if self.trial_timeout != Duration::from_secs(crate::cli::DEFAULT_TRIAL_TIMEOUT) {
             s += &format!(" --trial-timeout {}", self.trial_timeout.as_secs());
         }
-        if self.engine == Engine::Estimate {
-            s.push_str(" --fake-trials");
+        match &self.engine {
+            Engine::Estimate => s.push_str(" --fake-trials"),
+            Engine::Exec { command } => {
+                s += &format!(" --exec {}", crate::output::shell_word(command))
+            }
+            Engine::Train => {}
         }
         s
     }
 
+    /// The user's command when it answers the trials (`--exec`).
+    pub fn exec_command(&self) -> Option<String> {
+        match &self.engine {
+            Engine::Exec { command } => Some(command.clone()),
+            _ => None,
+        }
+    }
+
     /// The backend as reports show it.
     pub fn label(&self) -> String {
-        match (self.engine, self.backend, &self.device_name) {
+        match (&self.engine, self.backend, &self.device_name) {
             (Engine::Estimate, _, _) => oom_trial::estimated::DEVICE.into(),
+            (Engine::Exec { .. }, BackendKind::Cpu, _) => "cpu (your command)".into(),
+            (Engine::Exec { .. }, BackendKind::Cuda, Some(n)) => {
+                format!("cuda ({n}, your command)")
+            }
             (_, BackendKind::Cuda, Some(n)) => format!("cuda ({n})"),
             (_, BackendKind::Cpu, _) => "cpu (burn-flex)".into(),
             (_, b, None) => b.name().into(),
@@ -131,11 +149,20 @@ impl DeviceSettings {
     }
 }
 
+/// A `--exec` command: one that is not empty. (It need not name `{config}`: a script may read
+/// `$OOM_BISECT_CONFIG` itself.)
+fn check_exec(command: &str) -> Result<String> {
+    if command.trim().is_empty() {
+        return Err(user(code::USAGE, "--exec: the command is empty"));
+    }
+    Ok(command.to_string())
+}
+
 /// The backend: the flag, else the file, else CUDA when a device answers (else the CPU, saying so).
 fn resolve_backend(
     args: &DeviceArgs,
     config: &Config,
-    engine: Engine,
+    engine: &Engine,
     notes: &mut Vec<String>,
 ) -> Result<(BackendKind, Option<String>)> {
     let wanted = match (args.backend, config.device.backend.as_deref()) {
@@ -143,7 +170,7 @@ fn resolve_backend(
         (Some(BackendArg::Cpu), _) | (None, Some("cpu")) => Some(BackendKind::Cpu),
         _ => None,
     };
-    if engine == Engine::Estimate {
+    if *engine == Engine::Estimate {
         // The estimate runs nowhere: no device to find.
         return Ok((wanted.unwrap_or(BackendKind::Cpu), None));
     }
@@ -210,6 +237,7 @@ pub fn check_device_section(config: &Config) -> Result<Ceiling> {
         memory_fraction: None,
         gpu: None,
         trial_timeout: 1,
+        exec: None,
         fake_trials: false,
     };
     choose_ceiling(&no_flags, config).map(|(c, _)| c)
@@ -275,7 +303,7 @@ fn parse_ceiling(kind: CeilingKind, value: &str, name: &str) -> Result<Ceiling> 
 fn check_ceiling(
     ceiling: Ceiling,
     backend: BackendKind,
-    engine: Engine,
+    engine: &Engine,
     device_name: Option<&str>,
 ) -> Result<Option<u64>> {
     let (total, what) = match (engine, backend) {

@@ -26,7 +26,7 @@ const MEMORY_MODEL_ENV: &str = "OOM_BISECT_MEMORY_MODEL";
 /// When this child started; every event carries the seconds since.
 static STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 
-fn since_start() -> f64 {
+pub(crate) fn since_start() -> f64 {
     STARTED.get_or_init(Instant::now).elapsed().as_secs_f64()
 }
 
@@ -130,7 +130,10 @@ pub fn main(request: &str) -> i32 {
         }
         return answer.exit_code;
     }
-    let result = std::panic::catch_unwind(AssertUnwindSafe(|| run(&req)));
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| match &req.engine {
+        Engine::Exec { command } => crate::exec::run(&req, command),
+        _ => run(&req),
+    }));
     if PANICKED.load(Ordering::SeqCst) {
         return panic_exit_code();
     }
@@ -259,7 +262,7 @@ fn run_cuda(config: &Config, req: &Request) -> Result<()> {
     // set before anything touches the device. Always set, so that an inherited value cannot leak in.
     std::env::set_var(MEMORY_MODEL_ENV, config.device.memory_model().name());
     let fusion = fusion_enabled()?;
-    let ceiling = crate::cuda::CudaCeiling::install(req.ceiling)?;
+    let ceiling = crate::cuda::CudaCeiling::install(req.ceiling, crate::cuda::OwnContext::Counted)?;
     emit(&ChildEvent::Start {
         backend: BackendKind::Cuda,
         device: if fusion {

@@ -27,32 +27,98 @@ fn bytes_after(message: &str, marker: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
-pub fn classify_message(message: &str) -> MessageKind {
+/// A size written after `marker`, as frameworks print them: `2.00 GiB`, `20.00 MiB`, `1024 bytes`,
+/// `17179869184 bytes`, `512B`.
+fn size_after(message: &str, marker: &str) -> Option<u64> {
+    let i = message.find(marker)? + marker.len();
+    let rest = message[i..].trim_start();
+    let num_end = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(rest.len());
+    let (num, tail) = rest.split_at(num_end);
+    let unit: String = tail
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_alphabetic())
+        .collect();
+    let unit = match unit.as_str() {
+        "bytes" | "byte" => "",
+        u if crate::parse_size(&format!("1{u}")).is_ok() => u,
+        _ => "",
+    };
+    crate::parse_size(&format!("{num}{unit}")).ok()
+}
+
+/// The out-of-memory messages of the frameworks a `--exec` command may use, and of our own trials;
+/// the failed request's size when the message gives it. Texts in `tests/fixtures/messages.tsv`.
+fn allocation_failure(m: &str) -> Option<Option<u64>> {
+    let lower = m.to_ascii_lowercase();
     // burn-cuda 0.21 / cubecl 0.10, on the device-runner thread.
-    if message.contains("can't allocate buffer of size") {
-        return MessageKind::AllocationFailure {
-            bytes: bytes_after(message, "can't allocate buffer of size:"),
-        };
+    if m.contains("can't allocate buffer of size") {
+        return Some(bytes_after(m, "can't allocate buffer of size:"));
     }
     // The CPU ceiling (our allocator) and Rust's own report of the refusal that follows it.
-    if message.contains(CPU_REFUSAL) {
-        return MessageKind::AllocationFailure {
-            bytes: bytes_after(message, CPU_REFUSAL),
-        };
+    if m.contains(CPU_REFUSAL) {
+        return Some(bytes_after(m, CPU_REFUSAL));
     }
-    if message.contains("memory allocation of") && message.contains("failed") {
-        return MessageKind::AllocationFailure {
-            bytes: bytes_after(message, "memory allocation of"),
-        };
+    if m.contains("memory allocation of") && m.contains("failed") {
+        return Some(bytes_after(m, "memory allocation of"));
     }
-    // The driver's own code, when it surfaces through another path.
-    if message.contains("CUDA_ERROR_OUT_OF_MEMORY") || message.contains("out of memory") {
-        return MessageKind::AllocationFailure { bytes: None };
+    // PyTorch: `torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.` (HIP on
+    // ROCm), and its CPU allocator's `not enough memory: you tried to allocate N bytes`.
+    if m.contains("OutOfMemoryError")
+        || m.contains("CUDA out of memory")
+        || m.contains("HIP out of memory")
+    {
+        return Some(size_after(m, "Tried to allocate"));
+    }
+    if m.contains("DefaultCPUAllocator: not enough memory") {
+        return Some(size_after(m, "you tried to allocate"));
+    }
+    // JAX/XLA: `RESOURCE_EXHAUSTED: Out of memory while trying to allocate N bytes`, or
+    // `Failed to allocate request for 16.00GiB`. Other exhausted resources are not memory.
+    if m.contains("RESOURCE_EXHAUSTED")
+        && (lower.contains("out of memory") || lower.contains("failed to allocate"))
+    {
+        return Some(size_after(m, "allocate").or_else(|| size_after(m, "request for")));
+    }
+    // TensorFlow: `ResourceExhaustedError: OOM when allocating tensor with shape[…]`.
+    if m.contains("OOM when allocating") {
+        return Some(None);
+    }
+    // The driver's and the CUDA libraries' own codes, however they surface.
+    let codes = [
+        "CUDA_ERROR_OUT_OF_MEMORY",
+        "CUDA error: out of memory",
+        "cudaErrorMemoryAllocation",
+        "CUBLAS_STATUS_ALLOC_FAILED",
+        "CUDNN_STATUS_ALLOC_FAILED",
+    ];
+    if codes.iter().any(|c| m.contains(c)) {
+        return Some(None);
+    }
+    // Python's own: the last line of a traceback, `MemoryError` (with or without a message).
+    let t = m.trim();
+    if t == "MemoryError" || t.starts_with("MemoryError:") {
+        return Some(None);
+    }
+    None
+}
+
+pub fn classify_message(message: &str) -> MessageKind {
+    if let Some(bytes) = allocation_failure(message) {
+        return MessageKind::AllocationFailure { bytes };
     }
     if message.contains("Memory page") && message.contains("doesn't exist") {
         return MessageKind::FollowOn;
     }
     MessageKind::Other
+}
+
+/// What was in use when an allocation failed, where the message says: PyTorch's `this process has
+/// 78.12 GiB memory in use`, our CPU ceiling's `(in use N`.
+pub fn in_use_at_failure(message: &str) -> Option<u64> {
+    size_after(message, "this process has").or_else(|| bytes_after(message, "(in use"))
 }
 
 #[cfg(test)]
@@ -84,6 +150,21 @@ mod tests {
             assert_eq!(classify_message(msg), want, "{msg}");
             n += 1;
         }
-        assert!(n >= 8);
+        assert!(n >= 25, "{n} fixtures");
+    }
+
+    #[test]
+    fn in_use_at_a_failure() {
+        let torch =
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 \
+            has a total capacity of 79.19 GiB of which 1.06 GiB is free. Including non-PyTorch \
+            memory, this process has 78.12 GiB memory in use.";
+        assert_eq!(
+            in_use_at_failure(torch),
+            Some((78.12 * (1u64 << 30) as f64) as u64)
+        );
+        let cpu = "oom-bisect: allocator refused 268435456 bytes (in use 1073741000, ceiling 1)";
+        assert_eq!(in_use_at_failure(cpu), Some(1073741000));
+        assert_eq!(in_use_at_failure("CUDA out of memory."), None);
     }
 }

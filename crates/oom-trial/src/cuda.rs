@@ -44,11 +44,22 @@ pub fn mem_info() -> Result<(u64, u64)> {
     Ok((free as u64, total as u64))
 }
 
+/// Whose CUDA context the ceiling includes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnContext {
+    /// The trial's own (a burn trial): it would exist on the smaller card too, so it counts.
+    Counted,
+    /// A holder's, beside the command that really trains (`--exec`): that context would not exist
+    /// on the smaller card, so the ballast leaves the whole ceiling free beside it.
+    Excluded,
+}
+
 impl CudaCeiling {
     /// Retains the primary context (the one burn's CUDA runtime uses), and takes ballast so that the
     /// device looks like a card of the requested size: what is used already (the context) counts
-    /// against the ceiling, as it would on that card. Refuses a card another process already uses.
-    pub fn install(ceiling: Ceiling) -> Result<CudaCeiling> {
+    /// against the ceiling as it would on that card, unless it is a holder's (`OwnContext::Excluded`).
+    /// Refuses a card another process already uses.
+    pub fn install(ceiling: Ceiling, context: OwnContext) -> Result<CudaCeiling> {
         let name = probe()?;
         let dev = result::device::get(0).context("could not open CUDA device 0")?;
         // SAFETY: `dev` is a valid device from `device::get`; the primary context is retained for the
@@ -61,52 +72,30 @@ impl CudaCeiling {
         let (free, total) = mem_info()?;
         let used = total - free;
         let ceiling_bytes = ceiling.bytes(total);
-        if ceiling_bytes > total {
-            bail!(
-                "the ceiling ({}) is larger than the device ({}, {})",
-                crate::fmt_bytes(ceiling_bytes),
-                name,
-                crate::fmt_bytes(total)
-            );
-        }
-        if used > FOREIGN_USE {
-            bail!(
-                "the GPU ({name}) has {} in use before this trial allocated anything: another \
-                 process holds memory on it (a leftover trial? `nvidia-smi --query-compute-apps=\
-                 pid,used_memory --format=csv` lists them). A ceiling needs the card to itself, so \
-                 this trial did not run; it is not an out-of-memory",
-                crate::fmt_bytes(used)
-            );
-        }
-        if ceiling_bytes <= used {
-            bail!(
-                "the ceiling ({}) is not above what the CUDA context already holds ({})",
-                crate::fmt_bytes(ceiling_bytes),
-                crate::fmt_bytes(used)
-            );
-        }
-        let mut left = (total - ceiling_bytes) as usize;
-        let mut ballast = 0u64;
-        while left > 0 {
-            let n = left.min(CHUNK);
-            // SAFETY: a plain device allocation that is never freed nor accessed: it only holds
-            // memory until the process exits, which frees it.
-            unsafe { result::malloc_sync(n) }.with_context(|| {
-                format!(
-                    "could not reserve ballast ({} left to reserve)",
-                    crate::fmt_bytes(left as u64)
-                )
-            })?;
-            ballast += n as u64;
-            left -= n;
-        }
+        check_room(&name, total, used, ceiling_bytes, context)?;
+        // What must stay free: the ceiling, less the context where it counts.
+        let left_free = match context {
+            OwnContext::Counted => ceiling_bytes - used,
+            OwnContext::Excluded => ceiling_bytes.min(free),
+        };
+        let ballast = reserve(free - left_free)?;
         Ok(CudaCeiling {
             device_name: name,
             total_bytes: total,
             context_bytes: used,
-            ceiling_bytes,
+            // Beside a holder, a ceiling near the card's size is cut by the holder's context.
+            ceiling_bytes: match context {
+                OwnContext::Counted => ceiling_bytes,
+                OwnContext::Excluded => left_free,
+            },
             ballast_bytes: ballast,
         })
+    }
+
+    /// What the command beside a holder uses: the device's use less the ballast and the holder's
+    /// own context.
+    pub fn used_beside(&self) -> u64 {
+        self.device_used().saturating_sub(self.context_bytes)
     }
 
     /// Device memory used by the trial and its context, ballast excluded.
@@ -116,4 +105,51 @@ impl CudaCeiling {
             Err(_) => 0,
         }
     }
+}
+
+/// Refuses a ceiling the device cannot give: larger than the card, on a card another process uses,
+/// or not above the context that counts against it.
+fn check_room(name: &str, total: u64, used: u64, ceiling: u64, context: OwnContext) -> Result<()> {
+    if ceiling > total {
+        bail!(
+            "the ceiling ({}) is larger than the device ({name}, {})",
+            crate::fmt_bytes(ceiling),
+            crate::fmt_bytes(total)
+        );
+    }
+    if used > FOREIGN_USE {
+        bail!(
+            "the GPU ({name}) has {} in use before this trial allocated anything: another \
+             process holds memory on it (a leftover trial? `nvidia-smi --query-compute-apps=\
+             pid,used_memory --format=csv` lists them). A ceiling needs the card to itself, so \
+             this trial did not run; it is not an out-of-memory",
+            crate::fmt_bytes(used)
+        );
+    }
+    if context == OwnContext::Counted && ceiling <= used {
+        bail!(
+            "the ceiling ({}) is not above what the CUDA context already holds ({})",
+            crate::fmt_bytes(ceiling),
+            crate::fmt_bytes(used)
+        );
+    }
+    Ok(())
+}
+
+/// Allocates `bytes` of ballast in 1 GiB chunks that are never freed nor accessed: they only hold
+/// memory until the process exits, which frees them. Returns what was reserved.
+fn reserve(bytes: u64) -> Result<u64> {
+    let mut left = bytes as usize;
+    while left > 0 {
+        let n = left.min(CHUNK);
+        // SAFETY: a plain device allocation, never freed nor accessed (see above).
+        unsafe { result::malloc_sync(n) }.with_context(|| {
+            format!(
+                "could not reserve ballast ({} left to reserve)",
+                crate::fmt_bytes(left as u64)
+            )
+        })?;
+        left -= n;
+    }
+    Ok(bytes)
 }

@@ -3,8 +3,8 @@
 //! `oom`; any other panic is `error`; then the way the process ended; `fits` only with a finite value
 //! read back after the last step.
 
-use crate::classify::{classify_message, MessageKind};
-use crate::protocol::{exit, BackendKind, ChildEvent, Location};
+use crate::classify::{classify_message, in_use_at_failure, MessageKind};
+use crate::protocol::{exit, BackendKind, ChildEvent, Exited, Location};
 use deeplab::Phase;
 use serde::{Deserialize, Serialize};
 
@@ -59,6 +59,9 @@ pub struct OomInfo {
     pub step: Option<usize>,
     /// The allocation that failed, when the message says.
     pub bytes: Option<u64>,
+    /// What was in use when it failed, when the message says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_use_bytes: Option<u64>,
     pub message: String,
 }
 
@@ -107,6 +110,10 @@ pub struct TrialReport {
     /// Where the child ran (host, Slurm step), when it said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub place: Option<crate::protocol::Place>,
+    /// `--exec`: where the peak comes from (the command's own figure, sampled device memory, the
+    /// largest resident set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_source: Option<String>,
 }
 
 impl TrialReport {
@@ -132,6 +139,7 @@ impl TrialReport {
             ready_seconds: None,
             built_seconds: None,
             place: None,
+            peak_source: None,
         }
     }
 }
@@ -142,6 +150,8 @@ struct Trace {
     last_at: Option<Location>,
     panics: Vec<(String, String)>,
     done: Option<f64>,
+    /// `--exec`: how the user's command ended.
+    exited: Option<Exited>,
 }
 
 /// Assembles and classifies a trial from what the child left behind.
@@ -222,6 +232,11 @@ fn read_event(r: &mut TrialReport, t: &mut Trace, e: &ChildEvent) {
             loss: *loss,
         }),
         ChildEvent::Panic { thread, message } => t.panics.push((thread.clone(), message.clone())),
+        ChildEvent::Exited(x) => {
+            r.peak_bytes = x.peak_bytes;
+            r.peak_source = x.peak_source.clone();
+            t.exited = Some(x.clone());
+        }
         ChildEvent::Done {
             check,
             peak_bytes,
@@ -253,25 +268,47 @@ fn summarise(r: &mut TrialReport) {
     }
 }
 
-/// Sets the outcome, in order of precedence (see the module documentation).
-fn classify(r: &mut TrialReport, t: Trace, exit: ChildExit, stderr: &str) {
-    let allocation_failure = t
-        .panics
+/// What the trial child says about itself on stderr (`oom-bisect __trial: could not reserve
+/// ballast: … CUDA_ERROR_OUT_OF_MEMORY`): never read as the trial's own out-of-memory.
+const CHILD_OWN: &str = "oom-bisect __trial:";
+
+/// The first allocation failure among the panics and stderr lines: its text and size.
+fn allocation_failure(panics: &[(String, String)], stderr: &str) -> Option<(String, Option<u64>)> {
+    panics
         .iter()
         .map(|(th, m)| (format!("panic on thread '{th}': {m}"), classify_message(m)))
-        .chain(stderr.lines().map(|l| (l.to_string(), classify_message(l))))
-        .find(|(_, k)| matches!(k, MessageKind::AllocationFailure { .. }));
-    if let Some((message, MessageKind::AllocationFailure { bytes })) = allocation_failure {
-        let at = t.last_at.as_ref();
-        r.outcome = TrialOutcome::Oom;
-        r.oom = Some(OomInfo {
-            phase: at.map(|l| l.phase),
-            stage: at.map(|l| l.stage.clone()),
-            step: at.map(|l| l.step),
-            bytes,
-            message,
-        });
-        return;
+        .chain(
+            stderr
+                .lines()
+                .filter(|l| !l.starts_with(CHILD_OWN))
+                .map(|l| (l.to_string(), classify_message(l))),
+        )
+        .find_map(|(m, k)| match k {
+            MessageKind::AllocationFailure { bytes } => Some((m, bytes)),
+            _ => None,
+        })
+}
+
+/// Marks the report out of memory, where the last reading was taken.
+fn set_oom(r: &mut TrialReport, at: Option<&Location>, message: String, bytes: Option<u64>) {
+    r.outcome = TrialOutcome::Oom;
+    r.oom = Some(OomInfo {
+        phase: at.map(|l| l.phase),
+        stage: at.map(|l| l.stage.clone()),
+        step: at.map(|l| l.step),
+        bytes,
+        in_use_bytes: in_use_at_failure(&message),
+        message,
+    });
+}
+
+/// Sets the outcome, in order of precedence (see the module documentation).
+fn classify(r: &mut TrialReport, t: Trace, exit: ChildExit, stderr: &str) {
+    if let (Some(x), false) = (&t.exited, exit == ChildExit::TimedOut) {
+        return classify_exec(r, x, t.last_at.as_ref(), stderr);
+    }
+    if let Some((message, bytes)) = allocation_failure(&t.panics, stderr) {
+        return set_oom(r, t.last_at.as_ref(), message, bytes);
     }
     if let Some((thread, message)) = t.panics.first() {
         r.error = Some(format!("panic on thread '{thread}': {message}"));
@@ -280,6 +317,31 @@ fn classify(r: &mut TrialReport, t: Trace, exit: ChildExit, stderr: &str) {
     let (outcome, error) = by_exit(exit, t.done, t.last_at, stderr, r.wall_seconds);
     r.outcome = outcome;
     r.error = error;
+}
+
+/// A `--exec` command: exit 0 fits; a framework's out-of-memory message on a failed exit, or a
+/// SIGKILL from the kernel's OOM killer, is an out-of-memory; any other failure is an error. A
+/// command that printed an out-of-memory and still exited 0 (a batch-size finder) fits.
+fn classify_exec(r: &mut TrialReport, x: &Exited, at: Option<&Location>, stderr: &str) {
+    if x.code == Some(0) {
+        r.outcome = TrialOutcome::Fits;
+        return;
+    }
+    if let Some((message, bytes)) = allocation_failure(&[], stderr) {
+        return set_oom(r, at, message, bytes);
+    }
+    if x.signal == Some(libc::SIGKILL) && x.oom_killer {
+        let m = "killed (SIGKILL) by the kernel's OOM killer: /proc/vmstat's oom_kill rose".into();
+        return set_oom(r, at, m, None);
+    }
+    r.error = Some(match (x.signal, x.code) {
+        (Some(s), _) => format!("the command was killed by signal {s}{}", tail(stderr)),
+        (None, c) => format!(
+            "the command exited with code {}{}",
+            c.map(|c| c.to_string()).unwrap_or_else(|| "?".into()),
+            tail(stderr)
+        ),
+    });
 }
 
 /// The outcome of a child that neither ran out of memory nor panicked, from how it ended.

@@ -61,7 +61,7 @@ pub enum Fault {
 }
 
 /// What answers a trial inside the child.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Engine {
     /// Real training steps of the burn model on the backend.
@@ -70,6 +70,9 @@ pub enum Engine {
     /// The model's own memory estimate, no tensor computed: for testing the search and the whole
     /// trial path (spawn, protocol, classification) in seconds. Never the real thing.
     Estimate,
+    /// The user's own command (`--exec`), run through `sh -c` with the candidate's config; the child
+    /// holds the ceiling and watches it ([`crate::exec`]).
+    Exec { command: String },
 }
 
 /// What the parent sends the child on stdin.
@@ -188,6 +191,8 @@ pub enum ChildEvent {
     },
     /// A panic on any thread.
     Panic { thread: String, message: String },
+    /// `--exec`: the user's command ended; the holder's last line.
+    Exited(Exited),
     /// All steps ran and the check value was read back.
     Done {
         #[serde(with = "any_float")]
@@ -195,6 +200,27 @@ pub enum ChildEvent {
         peak_bytes: u64,
         peak_in_use_bytes: u64,
     },
+}
+
+/// How a `--exec` command ended, and what the holder measured while it ran.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Exited {
+    /// The exit code, or the signal that killed it (a shell reports a killed command as 128 + the
+    /// signal; that is read back as the signal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// The kernel's OOM killer killed a process while the command ran (`oom_kill` in `/proc/vmstat`
+    /// went up): with a SIGKILL, that is an out-of-memory.
+    #[serde(default)]
+    pub oom_killer: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_bytes: Option<u64>,
+    /// Where the peak comes from: the command's own figure, device memory sampled, or the largest
+    /// resident set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_source: Option<String>,
 }
 
 /// A float that may be NaN or infinite: JSON has no such numbers (serde_json writes `null`, which

@@ -23,15 +23,7 @@ pub fn count(n: u64) -> String {
     out
 }
 
-/// `word` as one shell word: as it is when it holds nothing the shell would read, else in single
-/// quotes (a `'` inside becomes `'\''`).
-pub fn shell_word(word: &str) -> String {
-    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./=:,+@%".contains(c);
-    if !word.is_empty() && word.chars().all(plain) {
-        return word.to_string();
-    }
-    format!("'{}'", word.replace('\'', "'\\''"))
-}
+pub use oom_trial::shell_word;
 
 /// How to call this program in a line the user can paste: the path it was started by when that
 /// was a path (`target/release/oom-bisect`), else its name.

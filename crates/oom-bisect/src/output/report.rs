@@ -22,6 +22,8 @@ pub struct Context<'a> {
     pub resumed: usize,
     pub wall_seconds: f64,
     pub fake: bool,
+    /// `--exec`: the user's command that answered every trial.
+    pub exec: Option<String>,
     /// What the user must know to read the results (printed under the header).
     pub notes: Vec<String>,
 }
@@ -95,14 +97,25 @@ fn header(d: &Diagnosis, cx: &Context<'_>) -> String {
         s += "*** FAKE TRIALS: answers come from the model's memory estimate, not from runs ***\n";
     }
     s += &format!("oom-bisect: {}\n", cx.title);
-    s += &format!(
-        "backend {}, ceiling {}, memory model {} ({}), {} training steps per trial\n\n",
-        cx.backend,
-        fmt_bytes(d.ceiling_bytes),
-        cx.memory_model.name(),
-        memory_model_meaning(cx.memory_model),
-        cx.steps
-    );
+    match &cx.exec {
+        Some(command) => {
+            s += &format!(
+                "backend {}, ceiling {}, every trial runs your command: {command}\n\n",
+                cx.backend,
+                fmt_bytes(d.ceiling_bytes),
+            )
+        }
+        None => {
+            s += &format!(
+                "backend {}, ceiling {}, memory model {} ({}), {} training steps per trial\n\n",
+                cx.backend,
+                fmt_bytes(d.ceiling_bytes),
+                cx.memory_model.name(),
+                memory_model_meaning(cx.memory_model),
+                cx.steps
+            )
+        }
+    }
     for n in &cx.notes {
         s += &format!("note: {n}\n");
     }
@@ -419,6 +432,7 @@ pub fn json(d: &Diagnosis, cx: &Context<'_>) -> Value {
         "steps_per_trial": cx.steps,
         "notes": cx.notes,
         "fake_trials": cx.fake,
+        "exec": cx.exec,
         "boundaries": boundaries,
         "modules": {
             "verdict": d.modules,

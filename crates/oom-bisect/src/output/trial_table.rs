@@ -94,16 +94,25 @@ fn ending(r: &TrialReport) -> String {
     let mut s = "\n".to_string();
     if let Some(p) = r.peak_bytes {
         let of = r.ceiling_bytes.map(|c| format!(" of {}", fmt_bytes(c)));
-        s += &format!("peak: {}{}\n", fmt_bytes(p), of.unwrap_or_default());
+        let source = r.peak_source.as_ref().map(|w| format!(" ({w})"));
+        s += &format!(
+            "peak: {}{}{}\n",
+            fmt_bytes(p),
+            of.unwrap_or_default(),
+            source.unwrap_or_default()
+        );
     }
     if let Some(o) = &r.oom {
         s += &format!(
-            "OUT OF MEMORY in step {} during {} after {}{}\n  {}\n",
+            "OUT OF MEMORY in step {} during {} after {}{}{}\n  {}\n",
             o.step.unwrap_or(0) + 1,
             o.phase.map(|p| p.name()).unwrap_or("setup"),
             o.stage.as_deref().unwrap_or("start"),
+            o.in_use_bytes
+                .map(|b| format!(", with {} in use", fmt_bytes(b)))
+                .unwrap_or_default(),
             o.bytes
-                .map(|b| format!(", allocating {}", fmt_bytes(b)))
+                .map(|b| format!(", allocating {} more", fmt_bytes(b)))
                 .unwrap_or_default(),
             o.message
         );

@@ -1,0 +1,263 @@
+//! `--exec`: a user's own command as the trial, on the CPU, with a stdlib-only Python trainer
+//! (`tests/exec/toy_trainer.py`) that fails the way PyTorch and TensorFlow do. Each outcome is
+//! classified from how the command ended and what it printed, never from its cooperation; a
+//! diagnosis through it finds the boundary the command itself has, and a re-run repeats nothing.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Needs 116,391,936 bytes in the toy's terms (`--need`): fits under 200 MiB, not under 100 MiB.
+const TOY: &str = r#"
+[model]
+backbone = "resnet18"
+output_stride = 16
+classes = 4
+aspp_channels = 32
+attention_heads = 2
+
+[data]
+batch = 8
+size = [128, 128]
+"#;
+const TOY_NEED: u64 = 116_391_936;
+
+fn trainer() -> String {
+    let p = root().join("tests/exec/toy_trainer.py");
+    assert!(
+        Command::new("python3").arg("--version").output().is_ok(),
+        "these tests need python3 (3.11 or later, for tomllib)"
+    );
+    format!("python3 {} {{config}}", p.display())
+}
+
+/// `oom-bisect ARGS --exec TRAINER` in `dir` with `env`.
+fn run_exec(dir: &Path, args: &[&str], command: &str, env: &[(&str, &str)]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .args(["--backend", "cpu", "--exec", command])
+        .current_dir(dir)
+        .env("OOM_BISECT_KERNEL_CACHE", "")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run oom-bisect")
+}
+
+/// One `trial --exec` of the toy config under `limit` with `TOY_MODE=mode`: output and JSON.
+fn toy_trial(name: &str, limit: &str, mode: &str) -> (Output, Value) {
+    let d = tmp(name);
+    let cfg = write(&d, "toy.toml", TOY);
+    let j = d.join("t.json");
+    let args = [
+        "trial",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--memory-limit",
+        limit,
+        "--json",
+        j.to_str().unwrap(),
+    ];
+    let o = run_exec(&d, &args, &trainer(), &[("TOY_MODE", mode)]);
+    (o, json_if_written(&j))
+}
+
+#[test]
+fn a_command_that_ends_well_fits_with_its_peak() {
+    let (o, r) = toy_trial("fits", "200MiB", "");
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    assert_eq!(r["outcome"], "fits");
+    let peak = r["peak_bytes"].as_u64().unwrap();
+    assert!(peak >= TOY_NEED && peak < TOY_NEED + (200 << 20), "{peak}");
+    assert!(
+        r["peak_source"].as_str().unwrap().contains("resident"),
+        "{r}"
+    );
+    assert!(text(&o).contains("setup"), "its stage lines are readings");
+    // Its own figure wins over what was sampled.
+    let (o, r) = toy_trial("own-peak", "200MiB", "own-peak");
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    assert_eq!(r["peak_bytes"].as_u64(), Some(TOY_NEED));
+    assert_eq!(r["peak_source"], "the command's own figure");
+}
+
+#[test]
+fn out_of_memory_messages_are_ooms_with_where_and_how_much() {
+    let (o, r) = toy_trial("oom", "100MiB", "");
+    assert_eq!(code(&o), 3, "{}", text(&o));
+    assert_eq!(r["outcome"], "oom");
+    let oom = &r["oom"];
+    assert_eq!(
+        oom["stage"], "backbone.layer4",
+        "the last stage it named: {oom}"
+    );
+    assert_eq!(oom["in_use_bytes"].as_u64(), Some(100 << 20), "{oom}");
+    assert_eq!(oom["bytes"].as_u64(), Some(11 << 20), "11.00 MiB: {oom}");
+    let (o, r) = toy_trial("tf", "100MiB", "tf");
+    assert_eq!((code(&o), r["outcome"].as_str()), (3, Some("oom")), "{r}");
+    // A command that met an out-of-memory and recovered (a batch-size finder) fits.
+    let (o, r) = toy_trial("recovered", "100MiB", "oom-exit0");
+    assert_eq!((code(&o), r["outcome"].as_str()), (0, Some("fits")), "{r}");
+}
+
+#[test]
+fn other_failures_are_errors_never_ooms() {
+    let (o, r) = toy_trial("error", "200MiB", "error");
+    assert_eq!(code(&o), 125, "{}", text(&o));
+    assert_eq!(r["outcome"], "error");
+    assert!(
+        r["error"].as_str().unwrap().contains("exited with code 1"),
+        "{r}"
+    );
+    assert!(r["error"].as_str().unwrap().contains("ValueError"), "{r}");
+    // Killed, but not by the kernel's OOM killer.
+    let (o, r) = toy_trial("killed", "200MiB", "killed");
+    assert_eq!(code(&o), 125, "{}", text(&o));
+    assert!(r["error"].as_str().unwrap().contains("signal 9"), "{r}");
+}
+
+/// Whether `pid` runs: it exists and is not a zombie waiting for its new parent to reap it.
+fn alive(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next());
+    matches!(state, Some(s) if s != "Z" && s != "X")
+}
+
+#[test]
+fn a_command_past_its_time_dies_with_everything_it_started() {
+    let d = tmp("exec-timeout");
+    let cfg = write(&d, "toy.toml", TOY);
+    let pids = d.join("pids");
+    let args = [
+        "trial",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--trial-timeout",
+        "3",
+    ];
+    let env = [
+        ("TOY_MODE", "sleep"),
+        ("TOY_PIDFILE", pids.to_str().unwrap()),
+    ];
+    let o = run_exec(&d, &args, &trainer(), &env);
+    assert_eq!(code(&o), 125, "{}", text(&o));
+    assert!(text(&o).contains("TIMEOUT"), "{}", text(&o));
+    let text = std::fs::read_to_string(&pids).expect("the toy wrote its pids");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for pid in text.split_whitespace().map(|p| p.parse::<i32>().unwrap()) {
+        assert!(!alive(pid), "process {pid} outlived its trial");
+    }
+}
+
+#[test]
+fn the_command_gets_the_config_the_ceiling_and_every_override() {
+    let d = tmp("exec-env");
+    let cfg = write(&d, "toy.toml", TOY);
+    let check = "test \"$OOM_BISECT_MEMORY_LIMIT\" = 209715200 && cmp -s {config} \
+                 \"$OOM_BISECT_CONFIG\" && grep -q '^batch = 3$' {config} && grep -q \
+                 '^output_stride = 8$' \"$OOM_BISECT_CONFIG\"";
+    let args = [
+        "trial",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--memory-limit",
+        "200MiB",
+        "--set",
+        "data.batch=3",
+        "--set",
+        "model.output_stride=8",
+    ];
+    let o = run_exec(&d, &args, check, &[]);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let o = run_exec(&d, &args, "exit 7", &[]);
+    assert_eq!(code(&o), 125, "{}", text(&o));
+    assert!(text(&o).contains("exited with code 7"), "{}", text(&o));
+    let o = run_exec(&d, &args, " ", &[]);
+    assert_eq!(code(&o), 2, "{}", text(&o));
+    assert!(text(&o).contains("--exec"), "{}", text(&o));
+}
+
+/// The toy's own need for the toy config at `batch`, from the toy itself.
+fn need_at(dir: &Path, batch: usize) -> u64 {
+    let cfg = write(
+        dir,
+        &format!("b{batch}.toml"),
+        &TOY.replace("batch = 8", &format!("batch = {batch}")),
+    );
+    let p = root().join("tests/exec/toy_trainer.py");
+    let o = Command::new("python3")
+        .arg(p)
+        .arg(&cfg)
+        .arg("--need")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
+}
+
+fn journal_lines(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p: &PathBuf| p.extension().is_some_and(|x| x == "jsonl"))
+        .map(|p| std::fs::read_to_string(p).unwrap().lines().count())
+        .sum()
+}
+
+#[test]
+fn a_diagnosis_through_a_command_finds_its_boundary_and_resumes() {
+    let d = tmp("exec-bisect");
+    let cfg = write(&d, "toy.toml", TOY);
+    let (journal, j) = (d.join("j"), d.join("r.json"));
+    let limit: u64 = 80 << 20;
+    let limit_arg = limit.to_string();
+    let args = [
+        "bisect",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--memory-limit",
+        &limit_arg,
+        "--axes",
+        "batch,fixes",
+        "-q",
+        "--journal",
+        journal.to_str().unwrap(),
+        "--json",
+        j.to_str().unwrap(),
+    ];
+    let o = run_exec(&d, &args, &trainer(), &[]);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    assert!(
+        text(&o).contains("every trial runs your command"),
+        "{}",
+        text(&o)
+    );
+    let r = json(&j);
+    let batch = r["boundaries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["axis"] == "batch" && b["capacity"] == false)
+        .expect("a batch boundary")
+        .clone();
+    assert_eq!(batch["kind"], "boundary", "{batch}");
+    let fits = (1..=8).filter(|b| need_at(&d, *b) <= limit).max().unwrap();
+    let value = |p: &Value| p["candidate"][0].as_str().unwrap().to_string();
+    assert_eq!(value(&batch["last_fit"]), format!("data.batch={fits}"));
+    assert_eq!(
+        value(&batch["first_oom"]),
+        format!("data.batch={}", fits + 1)
+    );
+    let before = journal_lines(&journal);
+    let o = run_exec(&d, &args, &trainer(), &[]);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    assert_eq!(
+        journal_lines(&journal),
+        before,
+        "a resumed run repeats no trial"
+    );
+    assert_eq!(json(&j)["boundaries"], r["boundaries"]);
+}

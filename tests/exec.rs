@@ -261,3 +261,23 @@ fn a_diagnosis_through_a_command_finds_its_boundary_and_resumes() {
     );
     assert_eq!(json(&j)["boundaries"], r["boundaries"]);
 }
+
+/// The PyTorch reference builds the burn model: the same module ids with the same parameters
+/// (`tools/pytorch/parity.py`). Only where PyTorch is installed; it says so when it is not.
+#[test]
+fn the_pytorch_reference_is_the_burn_model() {
+    let torch = Command::new("python3")
+        .args(["-c", "import torch"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !torch {
+        eprintln!("skipped: PyTorch is not installed here (tools/pytorch/parity.py needs it)");
+        return;
+    }
+    let o = Command::new("python3")
+        .arg(root().join("tools/pytorch/parity.py"))
+        .args(["--bin", BIN])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+}

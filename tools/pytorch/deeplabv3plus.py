@@ -1,6 +1,14 @@
 #!/usr/bin/env python3
 """The PyTorch reference for oom-bisect: the same torchvision-style DeepLabV3+ as the burn model
-(crates/deeplab), built from the same TOML config, trained for `train.steps` real steps on CUDA.
+(crates/deeplab), built from the same TOML config, trained for `train.steps` real steps on CUDA (or
+the CPU with `--device cpu`). Every key of configs/README.md is honoured: identity swaps and
+`truncate_after` with the same module and stage ids, precision as autocast (fp32 master weights),
+checkpointing as torch.utils.checkpoint.
+
+As the trial of `oom-bisect bisect --exec 'python3 tools/pytorch/deeplabv3plus.py {config}'` (the
+config path may also come from $OOM_BISECT_CONFIG): oom-bisect holds the memory ceiling, and this
+script prints `{"oom_bisect": {"stage": …, "step": …, "in_use_bytes": …}}` at every stage, so that an
+out-of-memory is placed where it happened; the peak is oom-bisect's own reading of the device.
 
 Prints one JSON line per step with PyTorch's own counters (`max_memory_allocated`,
 `max_memory_reserved`, reset before the run) and, at the end, a summary line. With `--memory-limit`,
@@ -13,10 +21,12 @@ script cannot honour, or a bad argument; anything else is an error.
 
     python3 tools/pytorch/deeplabv3plus.py configs/deeplabv3plus-r50-os8.toml --set data.batch=2
     python3 tools/pytorch/deeplabv3plus.py CONFIG --memory-limit 24GiB --params
+    python3 tools/pytorch/deeplabv3plus.py CONFIG --modules    # ids and parameters, as `inspect`
 """
 
 import argparse
 import json
+import os
 import sys
 import tomllib
 
@@ -62,8 +72,6 @@ def load(path, sets):
         if unknown:
             raise Unsupported(f"unknown keys {sorted(unknown)} in [{section}]")
     m, t = c["model"], c.setdefault("train", {})
-    if m.get("truncate_after"):
-        raise Unsupported("model.truncate_after (a truncated forward pass) is not implemented here")
     m.setdefault("aspp_channels", 256)
     m.setdefault("aspp_rates", {8: [12, 24, 36], 16: [6, 12, 18], 32: [3, 6, 9]}[m["output_stride"]])
     for k, v in [("optimizer", "sgd"), ("learning_rate", 0.01), ("momentum", 0.9),
@@ -136,7 +144,8 @@ def block_specs(backbone, output_stride):
 
 
 class DeepLabV3Plus(nn.Module):
-    """Module ids are oom-bisect's (`oom-bisect inspect`); `identity` swaps them as the burn model does."""
+    """Module ids are oom-bisect's (`oom-bisect inspect`); `identity` swaps them as the burn model does.
+    Stage ids (`truncate_after`, the marks) are those of crates/deeplab/src/arch.rs."""
 
     def __init__(self, m):
         super().__init__()
@@ -153,18 +162,22 @@ class DeepLabV3Plus(nn.Module):
             Block(*s, bottleneck) if on(f"backbone.layer{i + 1}.{k}") else nn.Identity()
             for k, s in enumerate(layer)) for i, layer in enumerate(specs))
         high, c, sep = 512 * e, m["aspp_channels"], m.get("separable", False)
-        branches = [f"aspp.branch{i}" for i in range(4)]
-        kept = [b for b in branches + ["aspp.pool"] if on(b)]
-        self.aspp_on = on("aspp") and any(on(b) for b in branches)
+        names = [f"branch{i}" for i in range(4)]
+        kept = [b for b in names + ["pool"] if on(f"aspp.{b}")]
+        self.aspp_on = on("aspp") and any(on(f"aspp.{b}") for b in names)
         aspp_out = c if self.aspp_on else high
+        self.branches, self.pool = nn.ModuleDict(), None
         if self.aspp_on:
             rates = m["aspp_rates"]
-            self.branches = nn.ModuleList(
-                [conv_bn_relu(high, c)] * on(branches[0])
-                + [conv3x3(high, c, r, sep) for b, r in zip(branches[1:], rates) if on(b)])
+            if on("aspp.branch0"):
+                self.branches["branch0"] = conv_bn_relu(high, c)
+            for b, r in zip(names[1:], rates):
+                if on(f"aspp.{b}"):
+                    self.branches[b] = conv3x3(high, c, r, sep)
             self.pool = conv_bn_relu(high, c) if on("aspp.pool") else None
             self.project = nn.Sequential(conv_bn_relu(len(kept) * c, c), nn.Dropout(0.5))
         heads = m.get("attention_heads", 0)
+        self.has_attention_stage = heads > 0
         self.attention = nn.MultiheadAttention(aspp_out, heads, batch_first=True) \
             if heads and on("attention") else None
         self.fused_attention = False
@@ -175,47 +188,92 @@ class DeepLabV3Plus(nn.Module):
         self.decoder_on = on("decoder")
         low = 48 if on("decoder.project") else 64 * e
         self.low_project = conv_bn_relu(64 * e, 48) if on("decoder.project") else None
-        ch, fuse = aspp_out + low, []
+        ch, self.fuse_ids, fuse = aspp_out + low, [], []
         for k in range(2):
             if on(f"decoder.fuse.{k}"):
                 fuse.append(conv3x3(ch, 256, 1, sep))
+                self.fuse_ids.append(k)
                 ch = 256
         self.fuse = nn.Sequential(*fuse)
         self.classifier = nn.Conv2d(ch if self.decoder_on else aspp_out, m["classes"], 1)
+        self.truncate_after = m.get("truncate_after")
 
-    def forward(self, x, size, checkpoint):
+    def module_ids(self):
+        """oom-bisect's module ids and the PyTorch modules they name (those that exist)."""
+        ids = {"backbone.conv1": self.stem[0], "backbone.bn1": self.stem[1]}
+        for i, layer in enumerate(self.layers):
+            for k, block in enumerate(layer):
+                ids[f"backbone.layer{i + 1}.{k}"] = block
+        if self.aspp_on:
+            parts = list(self.branches.values()) + [self.pool, self.project]
+            ids["aspp"] = nn.ModuleList(p for p in parts if p is not None)
+            ids.update({f"aspp.{b}": mod for b, mod in self.branches.items()})
+            ids["aspp.pool"], ids["aspp.project"] = self.pool, self.project
+        ids["attention"], ids["aux_head"] = self.attention, self.aux
+        if self.decoder_on:
+            ids["decoder"] = nn.ModuleList(p for p in [self.low_project, self.fuse] if p is not None)
+            ids["decoder.project"] = self.low_project
+            ids.update({f"decoder.fuse.{k}": self.fuse[n] for n, k in enumerate(self.fuse_ids)})
+        ids["classifier"] = self.classifier
+        return {k: v for k, v in ids.items() if v is not None}
+
+    def forward(self, x, size, checkpoint, mark):
+        """Logits and aux logits, or the truncation stage's output and aux logits (`truncated`).
+        `mark(id)` is called once each stage's output exists."""
         run = (lambda f, *a: torch.utils.checkpoint.checkpoint(f, *a, use_reentrant=False)) \
             if checkpoint else (lambda f, *a: f(*a))
-        x = self.stem(x)
         low, aux = None, None
+
+        def done(stage):
+            mark(stage)
+            return stage == self.truncate_after
+
+        def up(a, to):
+            return F.interpolate(a, size=to, mode="bilinear", align_corners=False) if a is not None else None
+
+        x = self.stem(x)
+        if done("backbone.stem"):
+            return x, None, True
         for i, layer in enumerate(self.layers):
-            for block in layer:
+            for k, block in enumerate(layer):
                 x = run(block, x)
-            if i == 0:
-                low = x
-            if i == 2 and self.aux is not None:
-                aux = F.interpolate(self.aux(x), size=size, mode="bilinear", align_corners=False)
+                last = k + 1 == len(layer)
+                if i == 2 and last and self.aux is not None:
+                    aux = self.aux(x)
+                if done(f"backbone.layer{i + 1}.{k}"):
+                    return x, up(aux, size), True
+                if i == 2 and last and aux is not None:
+                    mark("aux_head")
+                if i == 0 and last:
+                    low = x
         if self.aspp_on:
             h, w = x.shape[-2:]
-            outs = [b(x) for b in self.branches]
+            outs = [b(x) for b in self.branches.values()]
             if self.pool is not None:
-                p = self.pool(F.adaptive_avg_pool2d(x, 1))
-                outs.append(F.interpolate(p, size=(h, w), mode="bilinear", align_corners=False))
+                outs.append(up(self.pool(F.adaptive_avg_pool2d(x, 1)), (h, w)))
             x = self.project(torch.cat(outs, 1))
-        if self.attention is not None:
-            b, c, h, w = x.shape
-            t = x.flatten(2).transpose(1, 2)
-            # nn.MultiheadAttention's default call (need_weights=True) materialises the attention
-            # matrix, as the burn model does; need_weights=False takes PyTorch's fused kernels.
-            a = self.attention(t, t, t, need_weights=not self.fused_attention)[0]
-            x = (t + a).transpose(1, 2).reshape(b, c, h, w)
+        if done("aspp"):
+            return x, up(aux, size), True
+        if self.has_attention_stage:
+            if self.attention is not None:
+                b, c, h, w = x.shape
+                t = x.flatten(2).transpose(1, 2)
+                # nn.MultiheadAttention's default call (need_weights=True) materialises the attention
+                # matrix, as the burn model does; need_weights=False takes PyTorch's fused kernels.
+                a = self.attention(t, t, t, need_weights=not self.fused_attention)[0]
+                x = (t + a).transpose(1, 2).reshape(b, c, h, w)
+            if done("attention"):
+                return x, up(aux, size), True
         if self.decoder_on:
             if self.low_project is not None:
                 low = self.low_project(low)
-            x = F.interpolate(x, size=low.shape[-2:], mode="bilinear", align_corners=False)
+            x = up(x, low.shape[-2:])
             x = self.fuse(torch.cat([x, low], 1))
-        logits = F.interpolate(self.classifier(x), size=size, mode="bilinear", align_corners=False)
-        return logits, aux
+        if done("decoder"):
+            return x, up(aux, size), True
+        logits = up(self.classifier(x), size)
+        mark("classifier")
+        return logits, up(aux, size), False
 
 
 def parse_bytes(s):
@@ -242,10 +300,42 @@ def emit(**kv):
     print(json.dumps(kv), flush=True)
 
 
+class Marks:
+    """The `{"oom_bisect": …}` lines oom-bisect reads (only when it runs this script): where the step
+    is, with the memory PyTorch's allocator holds there (a host-side counter: no synchronisation)."""
+
+    def __init__(self, on, device):
+        self.on, self.cuda, self.step, self.phase = on, device == "cuda", 1, "forward"
+
+    def __call__(self, stage):
+        if self.on:
+            figures = {"stage": stage, "step": self.step, "phase": self.phase}
+            if self.cuda:
+                figures["in_use_bytes"] = torch.cuda.memory_allocated()
+            print(json.dumps({"oom_bisect": figures}), flush=True)
+
+
+def modules(c):
+    """Trainable parameters, in total and per module id, as `oom-bisect inspect` lists them."""
+    model = DeepLabV3Plus(c["model"])
+    count = lambda mod: sum(p.numel() for p in mod.parameters() if p.requires_grad)
+    emit(params=count(model), modules={k: count(v) for k, v in model.module_ids().items()})
+
+
+def loss_of(out, aux, truncated, y, size):
+    # A truncated model has no logits: the loss is the mean square of the stage's output, as the
+    # burn model's (crates/deeplab/src/train.rs), so that backward runs through what ran.
+    loss = out.float().pow(2).mean() if truncated else F.cross_entropy(out, y)
+    if aux is not None:
+        loss = loss + AUX_WEIGHT * F.cross_entropy(aux, y)
+    return loss
+
+
 def train(c, args):
     m, d, t = c["model"], c["data"], c["train"]
+    dev = args.device
     torch.manual_seed(0)
-    model = DeepLabV3Plus(m).cuda().train()
+    model = DeepLabV3Plus(m).to(dev).train()
     model.fused_attention = args.fused_attention
     params = sum(p.numel() for p in model.parameters())
     if args.params:
@@ -257,53 +347,87 @@ def train(c, args):
                           weight_decay=t["weight_decay"]) if t["optimizer"] == "sgd" else \
         torch.optim.AdamW(model.parameters(), lr=t["learning_rate"], weight_decay=t["weight_decay"])
     amp = {"f32": None, "f16": torch.float16, "bf16": torch.bfloat16}[t["precision"]]
-    x = torch.randn(b, 3, h, w, device="cuda")
-    y = torch.randint(0, m["classes"], (b, *size), device="cuda")
-    torch.cuda.reset_peak_memory_stats()
+    x = torch.randn(b, 3, h, w, device=dev)
+    y = torch.randint(0, m["classes"], (b, *size), device=dev)
+    mark = Marks(args.marks, dev)
+    cuda = dev == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     for step in range(t["steps"]):
-        with torch.autocast("cuda", dtype=amp, enabled=amp is not None):
-            logits, aux = model(x, size, t["checkpointing"])
-            loss = F.cross_entropy(logits, y)
-            if aux is not None:
-                loss = loss + AUX_WEIGHT * F.cross_entropy(aux, y)
+        mark.step, mark.phase = step + 1, "forward"
+        with torch.autocast(dev, dtype=amp, enabled=amp is not None):
+            out, aux, truncated = model(x, size, t["checkpointing"], mark)
+            loss = loss_of(out, aux, truncated, y, size)
+        mark("loss")
         if t["phase"] != "forward":
+            mark.phase = "backward"
             loss.backward()
+            mark("backward")
         if t["phase"] == "step":
+            mark.phase = "step"
             opt.step()
+            mark("optimizer")
         opt.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
-        emit(step=step, loss=loss.item(), allocated_peak=torch.cuda.max_memory_allocated() - args.ballast,
-             reserved_peak=torch.cuda.max_memory_reserved() - args.ballast)
-        del logits, aux, loss
-    emit(params=params, allocated_peak=torch.cuda.max_memory_allocated() - args.ballast,
-         reserved_peak=torch.cuda.max_memory_reserved() - args.ballast, device=torch.cuda.get_device_name())
+        if cuda:
+            torch.cuda.synchronize()
+        peaks = dict(allocated_peak=torch.cuda.max_memory_allocated() - args.ballast,
+                     reserved_peak=torch.cuda.max_memory_reserved() - args.ballast) if cuda else {}
+        emit(step=step, loss=loss.item(), **peaks)
+        del out, aux, loss
+    peaks = dict(allocated_peak=torch.cuda.max_memory_allocated() - args.ballast,
+                 reserved_peak=torch.cuda.max_memory_reserved() - args.ballast,
+                 device=torch.cuda.get_device_name()) if cuda else {"device": "cpu"}
+    emit(params=params, **peaks)
 
 
-def main():
+def arguments():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("config")
+    p.add_argument("config", nargs="?", default=os.environ.get("OOM_BISECT_CONFIG"),
+                   help="the TOML config [default: $OOM_BISECT_CONFIG]")
     p.add_argument("--set", action="append", default=[], help="key=value, as oom-bisect's --set")
-    p.add_argument("--memory-limit", help="usable device memory, context included (e.g. 24GiB)")
+    p.add_argument("--memory-limit", help="usable device memory, context included (e.g. 24GiB); "
+                   "not under oom-bisect, which holds its own ceiling")
+    p.add_argument("--device", choices=["cuda", "cpu"],
+                   default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--params", action="store_true", help="print the parameter count and stop")
+    p.add_argument("--modules", action="store_true",
+                   help="print the parameters per module id (as `oom-bisect inspect`) and stop")
     p.add_argument("--fused-attention", action="store_true",
                    help="attention through PyTorch's fused kernels (need_weights=False)")
     args = p.parse_args()
+    if not args.config:
+        p.error("no config: give its path, or set OOM_BISECT_CONFIG")
+    # Under oom-bisect (--exec): the stage lines, and its ceiling, not ours.
+    args.marks = "OOM_BISECT_CONFIG" in os.environ
+    return args
+
+
+def main():
+    args = arguments()
     try:
         c = load(args.config, args.set)
+        if args.modules:
+            modules(c)
+            return 0
     except (Unsupported, KeyError, tomllib.TOMLDecodeError) as e:
         print(f"deeplabv3plus.py: {e}", file=sys.stderr)
         return EXIT_UNSUPPORTED
-    hold, args.ballast = ballast(parse_bytes(args.memory_limit)) if args.memory_limit else (None, 0)
+    limit = args.memory_limit and args.device == "cuda"
+    hold, args.ballast = ballast(parse_bytes(args.memory_limit)) if limit else (None, 0)
     try:
         train(c, args)
     except Unsupported as e:
         print(f"deeplabv3plus.py: {e}", file=sys.stderr)
         return EXIT_UNSUPPORTED
     except torch.OutOfMemoryError as e:
-        emit(oom=str(e).splitlines()[0])
+        # PyTorch's own message, as the last line of a traceback would give it: oom-bisect reads it.
+        first = str(e).splitlines()[0]
+        print(f"torch.OutOfMemoryError: {first}", file=sys.stderr)
+        emit(oom=first)
         return EXIT_OOM
     except ValueError as e:
         if "Expected more than 1 value per channel" in str(e):
+            print(f"deeplabv3plus.py: PyTorch refuses this configuration: {e}", file=sys.stderr)
             emit(refused=str(e))
             return EXIT_REFUSED
         raise

@@ -590,6 +590,23 @@ impl Config {
         toml::to_string(self).expect("a config always serialises")
     }
 
+    /// Every key written out, defaults included (`train.steps`, `model.aspp_rates`,
+    /// `model.identity`, `model.batch_norm`, `device.memory_model`): what a `--exec` command is
+    /// given, so that it never has to guess a default of ours. Reads back as the same config.
+    pub fn to_full_toml_string(&self) -> String {
+        let mut c = self.clone();
+        c.train.steps = Some(self.steps());
+        c.model.aspp_rates = Some(self.model.effective_aspp_rates());
+        c.device.memory_model = Some(self.device.memory_model());
+        let mut t = c.to_table();
+        if let Some(toml::Value::Table(m)) = t.get_mut("model") {
+            m.entry("identity").or_insert(toml::Value::Array(vec![]));
+            let norm = toml::Value::try_from(self.model.batch_norm).expect("serialises");
+            m.entry("batch_norm").or_insert(norm);
+        }
+        toml::to_string(&t).expect("a config always serialises")
+    }
+
     /// A canonical one-line form: two configs are the same workload iff their keys are equal.
     /// The device section is not part of the workload, except the memory model (always spelled out,
     /// so that an absent one and an explicit default are the same).
@@ -884,6 +901,18 @@ size = [512, 512]
         assert_eq!(c.steps(), 2);
         let back = Config::from_toml_str(&c.to_toml_string()).unwrap();
         assert_eq!(back, c);
+        // Written out in full, it is the same workload, with nothing left to a default.
+        let full = c.to_full_toml_string();
+        for key in [
+            "steps = 2",
+            "aspp_rates = [12, 24, 36]",
+            "identity = []",
+            "batch_norm",
+        ] {
+            assert!(full.contains(key), "{key} in {full}");
+        }
+        let back = Config::from_toml_str(&full).unwrap();
+        assert_eq!(back.canonical_key(), c.canonical_key());
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// The request that runs `config` on `device`.
 pub fn request(config: &Config, device: &DeviceSettings, fault: Option<Fault>) -> Request {
     Request {
-        config: config.to_toml_string(),
+        config: config.to_full_toml_string(),
         backend: device.backend,
         ceiling: device.ceiling,
         engine: device.engine.clone(),

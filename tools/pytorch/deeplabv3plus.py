@@ -185,12 +185,13 @@ class DeepLabV3Plus(nn.Module):
         self.aux = nn.Sequential(conv_bn_relu(256 * e, inter, 3), nn.Dropout(0.1),
                                  nn.Conv2d(inter, m["classes"], 1)) \
             if m.get("aux_head") and on("aux_head") else None
+        # The decoder's parts exist only when it runs (as in the burn model: no unused parameters).
         self.decoder_on = on("decoder")
         low = 48 if on("decoder.project") else 64 * e
-        self.low_project = conv_bn_relu(64 * e, 48) if on("decoder.project") else None
+        self.low_project = conv_bn_relu(64 * e, 48) if self.decoder_on and on("decoder.project") else None
         ch, self.fuse_ids, fuse = aspp_out + low, [], []
         for k in range(2):
-            if on(f"decoder.fuse.{k}"):
+            if self.decoder_on and on(f"decoder.fuse.{k}"):
                 fuse.append(conv3x3(ch, 256, 1, sep))
                 self.fuse_ids.append(k)
                 ch = 256

@@ -293,6 +293,11 @@ impl Walk<'_> {
         let px4 = pixels(self.arch.stages[s].shape);
         let px2 = 4 * px4;
         self.conv_bn_relu((s, ids::CONV1), (3 * 64 * 49, 0), (64, px2), true);
+        // `conv_bn_relu` counts the BatchNorm's γ and β with its convolution; the stem names its
+        // BatchNorm on its own (`backbone.bn1`), as torchvision does.
+        let conv1 = self.out.last_mut().expect("just pushed");
+        conv1.params -= 2 * 64;
+        self.push(s, ids::BN1, 0, 0, 2 * 64);
         // Max pooling keeps its input (the ReLU's output) and int32 indices.
         self.push(s, ids::MAXPOOL, 64 * px2 + 64 * px4, 64 * px4, 0);
     }

@@ -117,6 +117,10 @@ pub(crate) fn plain_bisection_trials(n: usize) -> usize {
     log + 2
 }
 
+/// How many unmeasurable values at the bottom of an axis are stepped over before the axis is given
+/// up as inconclusive.
+const SKIP_UP: usize = 2;
+
 /// What checking both ends of an axis found.
 enum Ends {
     /// The bottom fits and the top runs out of memory: the boundary lies between.
@@ -197,9 +201,9 @@ impl Search<'_> {
             }
             Outcome::Oom => {}
         }
-        let bottom = self.probe(s, lo, lo, hi);
-        match bottom.measurement.outcome {
-            Outcome::Oom => {
+        let (bottom, below) = self.lowest_measured(s, lo, hi);
+        match (bottom.measurement.outcome, below.first()) {
+            (Outcome::Oom, None) => {
                 let message = format!(
                     "{} {} still runs out of memory: the {} is not the cause",
                     self.axis.name, bottom.label, self.axis.noun
@@ -209,14 +213,54 @@ impl Search<'_> {
                     message,
                 })
             }
-            Outcome::Inconclusive => Ends::Settled(AxisVerdict::Inconclusive {
-                message: self.unmeasured(&bottom),
+            // Below an OOM, only values that could not be measured: they may fit.
+            (Outcome::Oom, Some(first)) => Ends::Settled(AxisVerdict::Inconclusive {
+                message: format!(
+                    "{} {} runs out of memory, and {}",
+                    self.axis.name,
+                    bottom.label,
+                    self.unmeasured_below(first)
+                ),
+                lo: None,
+                hi: Some(bottom),
+                skipped: below.iter().map(|p| p.label.clone()).collect(),
+            }),
+            (Outcome::Inconclusive, first) => Ends::Settled(AxisVerdict::Inconclusive {
+                message: self.unmeasured(first.unwrap_or(&bottom)),
                 lo: None,
                 hi: Some(top),
-                skipped: vec![bottom.label],
+                skipped: below
+                    .iter()
+                    .chain([&bottom])
+                    .map(|p| p.label.clone())
+                    .collect(),
             }),
-            Outcome::Fits => Ends::Open { bottom, top },
+            (Outcome::Fits, _) => Ends::Open { bottom, top },
         }
+    }
+
+    /// The lowest value that can be measured, from `lo` up: a value that cannot (PyTorch refuses
+    /// batch 1 with an image-pooling BatchNorm) is skipped like `git bisect skip`, at most
+    /// `SKIP_UP` of them. Returns that probe and the ones skipped below it.
+    fn lowest_measured(&self, s: &mut Session<'_>, lo: usize, hi: usize) -> (Probe, Vec<Probe>) {
+        let mut below = vec![];
+        let mut bottom = self.probe(s, lo, lo, hi);
+        while bottom.measurement.outcome == Outcome::Inconclusive
+            && below.len() < SKIP_UP
+            && bottom.index + 1 < hi
+        {
+            let next = bottom.index + 1;
+            below.push(bottom);
+            bottom = self.probe(s, next, lo, hi);
+        }
+        (bottom, below)
+    }
+
+    fn unmeasured_below(&self, p: &Probe) -> String {
+        format!(
+            "{} {} could not be measured: {}",
+            self.axis.name, p.label, p.measurement.note
+        )
     }
 
     /// Shrinks the open interval between a fit and an OOM until they are neighbours or only

@@ -172,6 +172,21 @@ fn persistent_inconclusive_at_every_position() {
     }
 }
 
+/// A lowest value that cannot be measured (PyTorch refuses batch 1) is stepped over: the boundary
+/// above it is still found; an OOM just above it is not called "not the cause".
+#[test]
+fn an_unmeasurable_lowest_value_is_stepped_over() {
+    for predict in [false, true] {
+        let r = search(6, 3, HashMap::from([(0, u32::MAX)]), predict, true);
+        check(6, 3, &r, false);
+        let r = search(6, 1, HashMap::from([(0, u32::MAX)]), predict, true);
+        assert!(
+            matches!(&r.verdict, AxisVerdict::Inconclusive { hi: Some(h), .. } if h.index == 1),
+            "{r:?}"
+        );
+    }
+}
+
 #[test]
 fn transient_inconclusive_is_retried_once() {
     for n in 1..=12 {

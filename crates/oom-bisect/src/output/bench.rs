@@ -119,7 +119,14 @@ fn per_trial(ran: &[&TrialReport]) -> String {
         ran.len(),
         finished.len()
     );
-    for (what, secs) in rows {
+    // A row with nothing measured behind it (a `--exec` command reports no steps, no model built)
+    // is left out rather than shown as 0 s.
+    let measured = |what: &str| match what {
+        "building model, optimizer and batch" => !built.is_empty(),
+        w if w.starts_with("finished trials") => !finished.is_empty(),
+        _ => true,
+    };
+    for (what, secs) in rows.into_iter().filter(|(w, _)| measured(w)) {
         s += &format!("  {what:<50} {secs:>8.2} s\n");
     }
     if let (Some(first), true) = (walls.first(), walls.len() > 1) {

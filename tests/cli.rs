@@ -671,3 +671,37 @@ fn memory_limit_none_drops_the_configs_ceiling() {
     );
     assert_eq!(code(&o), 0, "{}", text(&o));
 }
+
+/// Developer detail (plain-bisection counts, 1-minimality) only with `--verbose`; the saved minimal
+/// config is named after its experiment's journal and has every key written out.
+#[test]
+fn verbose_detail_and_a_minimal_config_keyed_by_experiment() {
+    let (o, r, d) = fake_forum("bisect", "terse", &[]);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        !t.contains("plain bisection") && !t.contains("1-minimal"),
+        "{t}"
+    );
+    let min = r["minimal_failing"]["file"].as_str().unwrap().to_string();
+    assert!(
+        min.ends_with("-minimal-failing.toml") && min.contains("forum-r101-os8-1024-"),
+        "{min}"
+    );
+    let saved = std::fs::read_to_string(d.join(&min)).or_else(|_| std::fs::read_to_string(&min));
+    let saved = saved.unwrap();
+    for key in [
+        "steps = ",
+        "aspp_rates = ",
+        "identity = ",
+        "memory_limit = ",
+    ] {
+        assert!(saved.contains(key), "{key} in {saved}");
+    }
+    let (o, _, _) = fake_forum("bisect", "verbose", &["--verbose"]);
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        t.contains("plain bisection") && t.contains("(1-minimal)"),
+        "{t}"
+    );
+}

@@ -151,6 +151,10 @@ pub struct BisectArgs {
     /// No progress on stderr
     #[arg(long, short)]
     pub quiet: bool,
+    /// Developer detail in the report and progress: plain-bisection counts, the intervals the
+    /// search narrows, 1-minimality (the JSON always has them)
+    #[arg(long, short)]
+    pub verbose: bool,
     /// CUDA devices to run trials on, one trial per device at a time: `all`, or indices of the
     /// visible devices (an inherited CUDA_VISIBLE_DEVICES is respected), e.g. 0,1 [default: all]
     #[arg(long, value_name = "LIST")]

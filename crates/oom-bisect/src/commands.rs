@@ -103,6 +103,7 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     }
     let about = oom_search::expected_trials(&space, &st.search);
     let mut progress = Progress::new(st.quiet, st.search.budget.max_trials, about);
+    progress.verbose = args.verbose;
     let journal = Arc::new(Mutex::new(journal));
     let pool = Pool::new(
         st.dispatch.workers(&runner(&st.device)),
@@ -167,9 +168,11 @@ fn minimal_file(run: &BisectRun) -> Option<MinimalFile> {
         gpu: None,
         memory_model: Some(w.config.device.memory_model()),
     };
-    let path = st
-        .journal_dir
-        .join(format!("{}-minimal-failing.toml", w.stem()));
+    // Named after its journal: a run with another ceiling, backend or command writes its own.
+    let stem = run.journal.file_stem()?.to_string_lossy().into_owned();
+    let path = run
+        .journal
+        .with_file_name(format!("{stem}-minimal-failing.toml"));
     let text = format!(
         "# The smallest configuration that still runs out of memory under {} on {},\n\
          # found by `oom-bisect bisect --config {}`. Overrides of the original: {}\n{}",
@@ -177,7 +180,7 @@ fn minimal_file(run: &BisectRun) -> Option<MinimalFile> {
         st.device.label(),
         w.path.display(),
         m.candidate,
-        c.to_toml_string()
+        c.to_full_toml_string()
     );
     let reproduce = format!(
         "{} trial --config {} {}",
@@ -231,6 +234,7 @@ fn report_run(args: &BisectArgs, run: &BisectRun) -> Result<i32> {
         wall_seconds: run.wall_seconds,
         fake: st.device.engine == oom_trial::Engine::Estimate,
         exec: st.device.exec_command(),
+        verbose: args.verbose,
         notes: refusals(&w.config, d),
     };
     print!("{}", report::text(d, &cx));

@@ -20,6 +20,8 @@ pub struct Progress {
     started: Option<Instant>,
     /// What each worker runs, when trials run on several.
     board: Arc<Mutex<Board>>,
+    /// `--verbose`: the search's intervals in each line.
+    pub verbose: bool,
 }
 
 /// The workers' labels, what each runs now, and where each finished trial ran.
@@ -72,6 +74,7 @@ impl Progress {
             done: 0,
             started: None,
             board: Arc::default(),
+            verbose: false,
         }
     }
 
@@ -128,6 +131,7 @@ impl Progress {
                 self.started = Some(Instant::now());
                 if let Some(b) = &self.bar {
                     let again = if *attempt > 0 { " (again)" } else { "" };
+                    let purpose = purpose_text(purpose, self.verbose);
                     b.set_message(format!("{purpose}: {candidate}{again}"));
                 }
             }
@@ -173,6 +177,7 @@ impl Progress {
                     String::new()
                 };
                 let place = ran_on.map(|(l, _)| format!(" on {l}")).unwrap_or_default();
+                let purpose = purpose_text(purpose, self.verbose);
                 self.line(&format!(
                     "  #{:<3} {outcome} {peak} {secs:>6.1}s  {candidate}{again}  ({purpose}){place}{note}",
                     self.done
@@ -190,4 +195,13 @@ impl Progress {
 
 fn lock(b: &Mutex<Board>) -> MutexGuard<'_, Board> {
     b.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Why a trial runs, in words: `batch` for a probe of the batch axis; with `--verbose`, the interval
+/// the search is narrowing (`batch in (1, 4]`).
+fn purpose_text(p: &oom_search::Purpose, verbose: bool) -> String {
+    match p {
+        oom_search::Purpose::Axis { axis, .. } if !verbose => format!("{axis} axis"),
+        _ => p.to_string(),
+    }
 }

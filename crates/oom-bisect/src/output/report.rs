@@ -24,6 +24,8 @@ pub struct Context<'a> {
     pub fake: bool,
     /// `--exec`: the user's command that answered every trial.
     pub exec: Option<String>,
+    /// `--verbose`: developer detail (plain-bisection counts, 1-minimality).
+    pub verbose: bool,
     /// What the user must know to read the results (printed under the header).
     pub notes: Vec<String>,
 }
@@ -37,12 +39,15 @@ fn peak(p: &Probe) -> String {
     }
 }
 
-fn boundary_row(a: &AxisSearch) -> String {
+fn boundary_row(a: &AxisSearch, verbose: bool) -> String {
+    let plain = match verbose {
+        true => format!("; plain bisection {}", a.plain_bisection),
+        false => String::new(),
+    };
     let trials = format!(
-        "{} (+{} confirm; plain bisection {})",
+        "{} (+{} confirm{plain})",
         a.trials - a.confirmations,
-        a.confirmations,
-        a.plain_bisection
+        a.confirmations
     );
     match &a.verdict {
         AxisVerdict::Boundary {
@@ -73,7 +78,7 @@ fn boundary_row(a: &AxisSearch) -> String {
 pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
     let mut s = header(d, cx);
     s += &verdict(d, cx);
-    s += &boundaries(d);
+    s += &boundaries(d, cx.verbose);
     s += &modules(d);
     s += &fixes(d);
     s += &minimal(d, cx);
@@ -173,12 +178,12 @@ fn boundary_of<'a>(d: &'a Diagnosis, axis: &str) -> Option<(&'a Probe, &'a Probe
     }
 }
 
-fn boundaries(d: &Diagnosis) -> String {
+fn boundaries(d: &Diagnosis, verbose: bool) -> String {
     let mut s = String::new();
     if !d.axes.is_empty() {
         s += "\nBoundaries (one axis at a time, the others as configured):\n";
         for a in &d.axes {
-            s += &format!("{}\n", boundary_row(a));
+            s += &format!("{}\n", boundary_row(a, verbose));
         }
         if let Some((fit, oom)) = boundary_of(d, "depth") {
             s += &format!(
@@ -206,7 +211,7 @@ fn boundaries(d: &Diagnosis) -> String {
     if !d.capacity.is_empty() {
         s += "\nCapacity (largest value that still fits, the others as configured):\n";
         for a in &d.capacity {
-            s += &format!("{}\n", boundary_row(a));
+            s += &format!("{}\n", boundary_row(a, verbose));
         }
     }
     s
@@ -303,10 +308,11 @@ fn minimal(d: &Diagnosis, cx: &Context<'_>) -> String {
     let Some(m) = &d.minimal_failing else {
         return String::new();
     };
-    let proven = if m.one_minimal {
-        " (1-minimal)"
-    } else {
-        " (not proven 1-minimal)"
+    let proven = match (m.one_minimal, cx.verbose) {
+        (true, true) => " (1-minimal)",
+        (true, false) => "",
+        (false, true) => " (not proven 1-minimal)",
+        (false, false) => " (not every change back was measured)",
     };
     let mut s = format!("\nMinimal failing configuration{proven}: {}\n", m.candidate);
     if let Some(p) = &cx.minimal_path {

@@ -132,6 +132,16 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     Ok(v as u64)
 }
 
+/// `word` as one shell word: as it is when it holds nothing the shell would read, else in single
+/// quotes (a `'` inside becomes `'\''`).
+pub fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./=:,+@%".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        return word.to_string();
+    }
+    format!("'{}'", word.replace('\'', "'\\''"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,14 +160,4 @@ mod tests {
         assert!(parse_size("0").is_err());
         assert_eq!(fmt_bytes(3 << 29), "1.50 GiB");
     }
-}
-
-/// `word` as one shell word: as it is when it holds nothing the shell would read, else in single
-/// quotes (a `'` inside becomes `'\''`).
-pub fn shell_word(word: &str) -> String {
-    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./=:,+@%".contains(c);
-    if !word.is_empty() && word.chars().all(plain) {
-        return word.to_string();
-    }
-    format!("'{}'", word.replace('\'', "'\\''"))
 }

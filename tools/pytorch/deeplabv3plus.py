@@ -323,7 +323,7 @@ def modules(c):
     emit(params=count(model), modules={k: count(v) for k, v in model.module_ids().items()})
 
 
-def loss_of(out, aux, truncated, y, size):
+def loss_of(out, aux, truncated, y):
     # A truncated model has no logits: the loss is the mean square of the stage's output, as the
     # burn model's (crates/deeplab/src/train.rs), so that backward runs through what ran.
     loss = out.float().pow(2).mean() if truncated else F.cross_entropy(out, y)
@@ -358,7 +358,7 @@ def train(c, args):
         mark.step, mark.phase = step + 1, "forward"
         with torch.autocast(dev, dtype=amp, enabled=amp is not None):
             out, aux, truncated = model(x, size, t["checkpointing"], mark)
-            loss = loss_of(out, aux, truncated, y, size)
+            loss = loss_of(out, aux, truncated, y)
         mark("loss")
         if t["phase"] != "forward":
             mark.phase = "backward"

@@ -590,15 +590,21 @@ impl Config {
         toml::to_string(self).expect("a config always serialises")
     }
 
-    /// Every key written out, defaults included (`train.steps`, `model.aspp_rates`,
-    /// `model.identity`, `model.batch_norm`, `device.memory_model`): what a `--exec` command is
-    /// given, so that it never has to guess a default of ours. Reads back as the same config.
-    pub fn to_full_toml_string(&self) -> String {
+    /// The same config with the defaults that depend on other keys spelled out: `train.steps`,
+    /// `model.aspp_rates`, `device.memory_model`. One home for both forms below.
+    fn with_defaults_spelled_out(&self) -> Config {
         let mut c = self.clone();
         c.train.steps = Some(self.steps());
         c.model.aspp_rates = Some(self.model.effective_aspp_rates());
         c.device.memory_model = Some(self.device.memory_model());
-        let mut t = c.to_table();
+        c
+    }
+
+    /// Every key written out, defaults included (also `model.identity` and `model.batch_norm`):
+    /// what a `--exec` command and a saved minimal config are given, so that nothing is left to a
+    /// default of ours. Reads back as the same config.
+    pub fn to_full_toml_string(&self) -> String {
+        let mut t = self.with_defaults_spelled_out().to_table();
         if let Some(toml::Value::Table(m)) = t.get_mut("model") {
             m.entry("identity").or_insert(toml::Value::Array(vec![]));
             let norm = toml::Value::try_from(self.model.batch_norm).expect("serialises");
@@ -607,9 +613,6 @@ impl Config {
         toml::to_string(&t).expect("a config always serialises")
     }
 
-    /// A canonical one-line form: two configs are the same workload iff their keys are equal.
-    /// The device section is not part of the workload, except the memory model (always spelled out,
-    /// so that an absent one and an explicit default are the same).
     /// Training steps per trial: the config's, else two under the `pytorch` memory model and three
     /// under `burn`'s. Measured on the H200 (docs/gpu-results.md, run 13): with PyTorch's allocator,
     /// every out-of-memory came in the first or second step and a third step never raised the live
@@ -624,18 +627,17 @@ impl Config {
             })
     }
 
+    /// A canonical one-line form: two configs are the same workload iff their keys are equal.
+    /// The device section is not part of the workload, except the memory model (always spelled out,
+    /// so that an absent one and an explicit default are the same).
     pub fn canonical_key(&self) -> String {
-        let mut c = self.clone();
-        c.train.steps = Some(self.steps());
+        let mut c = self.with_defaults_spelled_out();
         c.device = DeviceConfig {
-            memory_model: Some(self.device.memory_model()),
+            memory_model: c.device.memory_model,
             ..DeviceConfig::default()
         };
         c.model.identity.sort();
         c.model.identity.dedup();
-        if c.model.aspp_rates.is_none() {
-            c.model.aspp_rates = Some(c.model.effective_aspp_rates());
-        }
         serde_json::to_string(&c).expect("a config always serialises")
     }
 

@@ -168,11 +168,16 @@ impl Search<'_> {
         }
     }
 
-    fn unmeasured(&self, p: &Probe) -> String {
+    /// `batch 1 could not be measured: <why>`.
+    fn unmeasured_note(&self, p: &Probe) -> String {
         format!(
-            "{} {} could not be measured ({}), so the axis was not searched",
+            "{} {} could not be measured: {}",
             self.axis.name, p.label, p.measurement.note
         )
+    }
+
+    fn unmeasured(&self, p: &Probe) -> String {
+        format!("{}; the axis was not searched", self.unmeasured_note(p))
     }
 
     /// The top end must run out of memory and the bottom end fit; otherwise the verdict is settled
@@ -219,7 +224,7 @@ impl Search<'_> {
                     "{} {} runs out of memory, and {}",
                     self.axis.name,
                     bottom.label,
-                    self.unmeasured_below(first)
+                    self.unmeasured_note(first)
                 ),
                 lo: None,
                 hi: Some(bottom),
@@ -254,13 +259,6 @@ impl Search<'_> {
             bottom = self.probe(s, next, lo, hi);
         }
         (bottom, below)
-    }
-
-    fn unmeasured_below(&self, p: &Probe) -> String {
-        format!(
-            "{} {} could not be measured: {}",
-            self.axis.name, p.label, p.measurement.note
-        )
     }
 
     /// Shrinks the open interval between a fit and an OOM until they are neighbours or only

@@ -17,18 +17,8 @@ pub enum MessageKind {
 /// The line the CPU ceiling's allocator writes to stderr when it refuses an allocation.
 pub const CPU_REFUSAL: &str = "oom-bisect: allocator refused";
 
-fn bytes_after(message: &str, marker: &str) -> Option<u64> {
-    let i = message.find(marker)? + marker.len();
-    let digits: String = message[i..]
-        .trim_start()
-        .chars()
-        .take_while(|c| c.is_ascii_digit())
-        .collect();
-    digits.parse().ok()
-}
-
-/// A size written after `marker`, as frameworks print them: `2.00 GiB`, `20.00 MiB`, `1024 bytes`,
-/// `17179869184 bytes`, `512B`.
+/// A size written after `marker`, as the messages print them: `2.00 GiB`, `20.00 MiB`,
+/// `1024 bytes`, plain digits (`buffer of size: 42949672960`).
 fn size_after(message: &str, marker: &str) -> Option<u64> {
     let i = message.find(marker)? + marker.len();
     let rest = message[i..].trim_start();
@@ -55,14 +45,14 @@ fn allocation_failure(m: &str) -> Option<Option<u64>> {
     let lower = m.to_ascii_lowercase();
     // burn-cuda 0.21 / cubecl 0.10, on the device-runner thread.
     if m.contains("can't allocate buffer of size") {
-        return Some(bytes_after(m, "can't allocate buffer of size:"));
+        return Some(size_after(m, "can't allocate buffer of size:"));
     }
     // The CPU ceiling (our allocator) and Rust's own report of the refusal that follows it.
     if m.contains(CPU_REFUSAL) {
-        return Some(bytes_after(m, CPU_REFUSAL));
+        return Some(size_after(m, CPU_REFUSAL));
     }
     if m.contains("memory allocation of") && m.contains("failed") {
-        return Some(bytes_after(m, "memory allocation of"));
+        return Some(size_after(m, "memory allocation of"));
     }
     // PyTorch: `torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.` (HIP on
     // ROCm), and its CPU allocator's `not enough memory: you tried to allocate N bytes`.
@@ -118,7 +108,7 @@ pub fn classify_message(message: &str) -> MessageKind {
 /// What was in use when an allocation failed, where the message says: PyTorch's `this process has
 /// 78.12 GiB memory in use`, our CPU ceiling's `(in use N`.
 pub fn in_use_at_failure(message: &str) -> Option<u64> {
-    size_after(message, "this process has").or_else(|| bytes_after(message, "(in use"))
+    size_after(message, "this process has").or_else(|| size_after(message, "(in use"))
 }
 
 #[cfg(test)]

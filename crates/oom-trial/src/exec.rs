@@ -166,8 +166,13 @@ fn remove_orphans(tmp: &Path) {
         let pid = name
             .strip_prefix(DIR_PREFIX)
             .and_then(|p| p.parse::<i32>().ok());
-        // SAFETY: kill with signal 0 only asks whether the process exists.
-        if pid.is_some_and(|p| unsafe { libc::kill(p, 0) } != 0) {
+        // SAFETY: kill with signal 0 only asks whether the process exists. Only "no such process"
+        // means dead: EPERM is another user's live process.
+        let gone = |p| {
+            let alive = unsafe { libc::kill(p, 0) } == 0;
+            !alive && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+        };
+        if pid.is_some_and(gone) {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }

@@ -52,12 +52,10 @@ fn axes(d: &Diagnosis) -> String {
     s
 }
 
-fn mean(v: &[f64]) -> f64 {
-    if v.is_empty() {
-        0.0
-    } else {
-        v.iter().sum::<f64>() / v.len() as f64
-    }
+/// The mean, or nothing when nothing was measured (a `--exec` command builds no model and reports
+/// no steps: its rows are left out rather than shown as 0 s).
+fn mean(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
 
 /// Everything a finished trial spent beyond its steps at their steady speed.
@@ -119,21 +117,11 @@ fn per_trial(ran: &[&TrialReport]) -> String {
         ran.len(),
         finished.len()
     );
-    // A row with nothing measured behind it (a `--exec` command reports no steps, no model built)
-    // is left out rather than shown as 0 s.
-    let measured = |what: &str| match what {
-        "building model, optimizer and batch" => !built.is_empty(),
-        w if w.starts_with("finished trials") => !finished.is_empty(),
-        _ => true,
-    };
-    for (what, secs) in rows.into_iter().filter(|(w, _)| measured(w)) {
+    for (what, secs) in rows.into_iter().filter_map(|(w, m)| Some((w, m?))) {
         s += &format!("  {what:<50} {secs:>8.2} s\n");
     }
-    if let (Some(first), true) = (walls.first(), walls.len() > 1) {
-        s += &format!(
-            "  first trial {first:.2} s, later trials {:.2} s on average\n",
-            mean(&walls[1..])
-        );
+    if let (Some(first), Some(later)) = (walls.first(), mean(walls.get(1..).unwrap_or_default())) {
+        s += &format!("  first trial {first:.2} s, later trials {later:.2} s on average\n");
     }
     s
 }

@@ -102,25 +102,21 @@ fn header(d: &Diagnosis, cx: &Context<'_>) -> String {
         s += "*** FAKE TRIALS: answers come from the model's memory estimate, not from runs ***\n";
     }
     s += &format!("oom-bisect: {}\n", cx.title);
-    match &cx.exec {
-        Some(command) => {
-            s += &format!(
-                "backend {}, ceiling {}, every trial runs your command: {command}\n\n",
-                cx.backend,
-                fmt_bytes(d.ceiling_bytes),
-            )
-        }
-        None => {
-            s += &format!(
-                "backend {}, ceiling {}, memory model {} ({}), {} training steps per trial\n\n",
-                cx.backend,
-                fmt_bytes(d.ceiling_bytes),
-                cx.memory_model.name(),
-                memory_model_meaning(cx.memory_model),
-                cx.steps
-            )
-        }
-    }
+    // What answers the trials: the user's command, or the built-in model under its memory model.
+    let answered_by = match &cx.exec {
+        Some(command) => format!("every trial runs your command: {command}"),
+        None => format!(
+            "memory model {} ({}), {} training steps per trial",
+            cx.memory_model.name(),
+            memory_model_meaning(cx.memory_model),
+            cx.steps
+        ),
+    };
+    s += &format!(
+        "backend {}, ceiling {}, {answered_by}\n\n",
+        cx.backend,
+        fmt_bytes(d.ceiling_bytes)
+    );
     for n in &cx.notes {
         s += &format!("note: {n}\n");
     }

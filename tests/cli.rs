@@ -547,6 +547,39 @@ fn the_journal_resumes_an_interrupted_bisect() {
 }
 
 /// The README's main command, then every reported boundary re-run alone with `trial`.
+/// The quickstart's report: the need measured without the ceiling, more than the ceiling, with a
+/// breakdown that adds up to it; the size boundary at the model's own step.
+fn need_breakdown_and_fine_size(r: &Value) {
+    // Measured without the ceiling: more than the ceiling, and the breakdown adds up to it.
+    let need = r["original"]["needed_bytes"].as_u64().unwrap();
+    assert!(need > r["ceiling_bytes"].as_u64().unwrap(), "{need}");
+    let parts: u64 = r["original"]["breakdown"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(parts, need, "the parts of the peak add up to it");
+    // The size boundary at the model's own step (the output stride, 8), not the coarse 32.
+    let size = r["boundaries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["axis"] == "size" && b["kind"] == "boundary")
+        .expect("a size boundary");
+    let side = |p: &str| {
+        size[p]["value"]
+            .as_str()
+            .unwrap()
+            .split('×')
+            .next()
+            .unwrap()
+            .parse::<u32>()
+            .unwrap()
+    };
+    assert_eq!(side("first_oom") - side("last_fit"), 8, "{size}");
+}
+
 #[test]
 fn quickstart_bisect_on_cpu_boundaries_hold() {
     let d = tmp("quickstart");
@@ -567,7 +600,11 @@ fn quickstart_bisect_on_cpu_boundaries_hold() {
     let t = text(&o);
     assert_eq!(code(&o), 0, "{t}");
     assert!(
-        t.contains("Verdict: the original configuration runs OUT OF MEMORY"),
+        t.contains("Verdict: the original configuration runs OUT OF MEMORY: it needs "),
+        "{t}"
+    );
+    assert!(
+        t.contains("\nDiagnosis:\n") && t.contains("Where the memory is"),
         "{t}"
     );
     assert!(
@@ -603,6 +640,7 @@ fn quickstart_bisect_on_cpu_boundaries_hold() {
         }
     }
     assert!(checked >= 4, "{t}");
+    need_breakdown_and_fine_size(&r);
     let min = r["minimal_failing"]["file"].as_str().unwrap();
     let o = run(&["trial", "--config", min], &d);
     assert_eq!(
@@ -670,6 +708,84 @@ fn memory_limit_none_drops_the_configs_ceiling() {
         &d,
     );
     assert_eq!(code(&o), 0, "{}", text(&o));
+}
+
+/// The numbers under each plot of `--html` (each `data-bytes` of a figure): what the tests compare
+/// with the JSON report.
+fn html_series(html: &str) -> Vec<Vec<u64>> {
+    html.split("<figure>")
+        .skip(1)
+        .map(|f| {
+            f.split("data-bytes=\"")
+                .skip(1)
+                .map(|b| b[..b.find('"').unwrap()].parse().unwrap())
+                .collect()
+        })
+        .collect()
+}
+
+/// `--html`: one page, a plot per measured series, each with the trials' own figures: the batch
+/// plot carries every first-run batch trial's peak (or, for an OOM, what it tried to hold) from
+/// the JSON report, and the module plot one bar per module cost; the text report is on the page.
+#[test]
+fn the_html_report_carries_the_measured_series() {
+    let d = tmp("html");
+    let page = d.join("r.html");
+    let (o, r, _) = fake_forum("bisect", "html", &["--html", page.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.starts_with("<!DOCTYPE html>") && html.contains("Verdict: "),
+        "{html:.300}"
+    );
+    assert!(
+        !html.contains("<script") && !html.contains("src=\"http"),
+        "self-contained"
+    );
+    let series = html_series(&html);
+    assert!(series.len() >= 3, "{} figures", series.len());
+    assert!(html.matches("<svg").count() == series.len());
+    // The batch axis: every first run that changes only the batch, by batch.
+    let mut want: Vec<(u64, u64)> = r["trials"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["attempt"] == 0 && t["candidate"]["sets"].as_object().unwrap().len() == 1)
+        .filter_map(|t| {
+            let b = t["candidate"]["sets"]["data.batch"]
+                .as_str()?
+                .parse()
+                .ok()?;
+            let m = &t["measurement"];
+            let bytes = match m["outcome"].as_str()? {
+                "fits" => m["peak_bytes"].as_u64(),
+                _ => m["failed_at_bytes"].as_u64().or(m["peak_bytes"].as_u64()),
+            };
+            Some((b, bytes?))
+        })
+        .collect();
+    want.sort();
+    want.dedup_by_key(|w| w.0);
+    let want: Vec<u64> = want.iter().map(|w| w.1).collect();
+    assert!(want.len() >= 2, "{want:?}");
+    let close = |a: &[u64], b: &[u64]| {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.abs_diff(*y) <= 1)
+    };
+    assert!(
+        close(&series[0], &want),
+        "batch plot {:?} against the trials {want:?}",
+        series[0]
+    );
+    let costs: Vec<u64> = r["modules"]["costs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["peak_bytes"].as_u64())
+        .collect();
+    assert!(
+        series.iter().any(|s| s.len() == costs.len()),
+        "a bar per module: {costs:?} in {series:?}"
+    );
 }
 
 /// Developer detail (plain-bisection counts, 1-minimality) only with `--verbose`; the saved minimal

@@ -137,20 +137,46 @@ struct Fixed {
 
 impl Fixed {
     fn new(arch: &Architecture, config: &Config, params: u64) -> Fixed {
-        let e = dtype_bytes(config.train.precision);
-        let [h, w] = arch.input;
-        let pixels = (arch.batch * h * w) as u64;
-        // Optimizer state exists from the first update on, which only a full step makes.
-        let states = match (config.train.phase, config.train.optimizer) {
-            (Phase::Step, Optimizer::Sgd) => 1,
-            (Phase::Step, Optimizer::Adamw) => 2,
-            _ => 0,
-        };
+        let r = arch.resident(config, params);
         Fixed {
+            weights: r.weights,
+            // Optimizer state exists from the first update on, which only a full step makes.
+            state: match config.train.phase {
+                Phase::Step => r.optimizer_state,
+                _ => 0,
+            },
+            batch: r.batch,
+        }
+    }
+}
+
+/// What a training step of a config holds outside the autodiff graph, exactly: the sizes of its
+/// weights, of its optimizer's state once the first update has made it, and of its batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resident {
+    pub weights: u64,
+    pub optimizer_state: u64,
+    pub batch: u64,
+    /// What the optimizer state is, in words.
+    pub optimizer_state_is: &'static str,
+}
+
+impl Architecture {
+    /// [`Resident`] of `config` built with `params` trainable parameters.
+    pub fn resident(&self, config: &Config, params: u64) -> Resident {
+        let e = dtype_bytes(config.train.precision);
+        let [h, w] = self.input;
+        let pixels = (self.batch * h * w) as u64;
+        let (states, optimizer_state_is) = match config.train.optimizer {
+            Optimizer::Sgd => (1, "SGD momentum, one value per parameter"),
+            Optimizer::Adamw => (2, "AdamW moments, two values per parameter"),
+        };
+        Resident {
             weights: params * e,
-            state: states * params * e,
+            optimizer_state: states * params * e,
             // Images, and int32 labels.
             batch: 3 * pixels * e + 4 * pixels,
+            optimizer_state_is,
         }
     }
 }

@@ -15,6 +15,6 @@ pub use config::{
     Backbone, Config, ConfigError, DataConfig, DeviceConfig, LossResolution, MemoryModel,
     ModelConfig, Optimizer, Phase, Precision, TrainConfig,
 };
-pub use estimate::{Breakdown, MemoryEstimate, StageEstimate};
+pub use estimate::{Breakdown, MemoryEstimate, Resident, StageEstimate};
 pub use model::DeepLabV3Plus;
 pub use train::{Point, StepResult, Trainer};

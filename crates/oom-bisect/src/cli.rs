@@ -98,6 +98,8 @@ pub struct DeviceArgs {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
 pub enum Step {
+    /// The original once more without the ceiling: how much it needs.
+    Need,
     Batch,
     Size,
     Stride,
@@ -142,6 +144,9 @@ pub struct BisectArgs {
     /// Also write the report as JSON to FILE
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Also write the report as one self-contained HTML page with SVG plots to FILE
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// Journal directory: every finished trial is appended there, and a re-run resumes from it
     #[arg(long, value_name = "DIR", default_value = "oom-bisect-out")]
     pub journal: PathBuf,

@@ -225,7 +225,8 @@ fn report_run(args: &BisectArgs, run: &BisectRun) -> Result<i32> {
         backend: st.device.label(),
         memory_model: w.config.device.memory_model(),
         steps: w.config.steps(),
-        original_report: run.reports.get(&(Candidate::original(), 0)),
+        reports: &run.reports,
+        config: Some(&w.config),
         minimal_path: minimal.as_ref().map(|m| m.path.display().to_string()),
         minimal_config: minimal.as_ref().map(|m| m.config.clone()),
         reproduce: Some(reproduce),
@@ -237,7 +238,8 @@ fn report_run(args: &BisectArgs, run: &BisectRun) -> Result<i32> {
         verbose: args.verbose,
         notes: refusals(&w.config, d),
     };
-    print!("{}", report::text(d, &cx));
+    let text = report::text(d, &cx);
+    print!("{text}");
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
     if let Some(m) = &minimal {
@@ -246,6 +248,9 @@ fn report_run(args: &BisectArgs, run: &BisectRun) -> Result<i32> {
     if let Some(j) = &st.json {
         let v = report::json(d, &cx);
         write_file(j, &serde_json::to_string_pretty(&v).expect("json"))?;
+    }
+    if let Some(h) = &st.html {
+        write_file(h, &output::html::page(d, &cx, &text))?;
     }
     Ok(match d.original.outcome {
         Outcome::Inconclusive => code::INCONCLUSIVE_ORIGINAL,

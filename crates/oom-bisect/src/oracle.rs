@@ -37,6 +37,7 @@ pub fn measurement(r: &TrialReport) -> Measurement {
     Measurement {
         outcome,
         peak_bytes: r.peak_bytes,
+        failed_at_bytes: crate::output::memory::failed_at(r),
         peak_in_use_bytes: r.peak_in_use_bytes,
         base_bytes: r.base_bytes,
         note,
@@ -127,7 +128,13 @@ impl TrialOracle<'_> {
             .with_overrides(&candidate.to_sets())
             .map_err(|e| e.to_string())?;
         deeplab::Architecture::new(&config).map_err(|e| e.to_string())?;
-        let key = config.canonical_key();
+        let mut key = config.canonical_key();
+        let mut req = request(&config, self.device, None);
+        if candidate.unbounded {
+            // Filed apart from the same config under the ceiling, which it must not answer.
+            key += " without the ceiling";
+            req.ceiling = self.device.unbounded_ceiling();
+        }
         if let Some(r) = lock(&self.journal).lookup(&key, attempt) {
             return Ok(Answer::Earlier(Box::new(r)));
         }
@@ -136,7 +143,7 @@ impl TrialOracle<'_> {
             attempt,
             key,
         };
-        Ok(Answer::Run(job, request(&config, self.device, None)))
+        Ok(Answer::Run(job, req))
     }
 
     fn learned(&self) -> MutexGuard<'_, Learned> {

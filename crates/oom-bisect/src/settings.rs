@@ -106,6 +106,16 @@ impl DeviceSettings {
         })
     }
 
+    /// The ceiling of a trial that measures what a configuration needs: the whole card on CUDA; on
+    /// the CPU nine tenths of the memory now available, so that the measurement cannot push the
+    /// host into swap or its OOM killer.
+    pub fn unbounded_ceiling(&self) -> Ceiling {
+        match self.backend {
+            BackendKind::Cuda => Ceiling::None,
+            BackendKind::Cpu => Ceiling::Bytes(oom_trial::host_available() / 10 * 9),
+        }
+    }
+
     /// The flags that reproduce this device setting on the command line.
     pub fn reproduce_flags(&self) -> String {
         let mut s = format!("--backend {}", self.backend.name());
@@ -352,6 +362,7 @@ pub struct BisectSettings {
     pub steps: Vec<Step>,
     pub journal_dir: PathBuf,
     pub json: Option<PathBuf>,
+    pub html: Option<PathBuf>,
     pub fresh: bool,
     pub quiet: bool,
     /// Where trials run (`--devices`, `--jobs`, `--launcher`).
@@ -378,6 +389,7 @@ impl BisectSettings {
             fixes: on(Step::Fixes),
             modules: on(Step::Modules),
             minimise: on(Step::Minimal),
+            need: on(Step::Need),
         };
         let dispatch = crate::dispatch::Dispatch::resolve(args, device.backend)?;
         Ok(BisectSettings {
@@ -388,6 +400,7 @@ impl BisectSettings {
             steps: args.axes.clone(),
             journal_dir: args.journal.clone(),
             json: args.json.clone(),
+            html: args.html.clone(),
             fresh: args.fresh,
             quiet: args.quiet,
         })

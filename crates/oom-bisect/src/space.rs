@@ -20,50 +20,64 @@ fn batch_axis(config: &Config, upto: usize) -> Axis {
             .map(|b| value(b.to_string(), b.to_string(), Some(b as f64)))
             .collect(),
         original: config.data.batch - 1,
+        fine: vec![],
     }
 }
 
-/// Input sizes: multiples of 32 (or of the output stride when larger) with the aspect ratio kept,
-/// ending at (or running past) the configured size, which is always one of the values.
-fn size_axis(config: &Config, max_side: usize) -> Axis {
+/// Input sizes that are multiples of `m` with the aspect ratio kept, from `m` up to `max_side` (or
+/// the configured size), which is always one of them; smallest first.
+fn sizes(config: &Config, m: usize, max_side: usize) -> Vec<[usize; 2]> {
     let [h, w] = config.data.size;
-    let m = config.model.output_stride.max(32);
-    let mut sizes: Vec<[usize; 2]> = vec![];
-    let mut k = 1;
-    loop {
-        let sh = k * m;
-        if sh > max_side.max(h) {
-            break;
-        }
-        let sw = ((sh as f64 * w as f64 / h as f64 / m as f64).round() as usize).max(1) * m;
-        if sh != h {
-            sizes.push([sh, sw]);
-        }
-        k += 1;
-    }
+    let mut sizes: Vec<[usize; 2]> = (1..)
+        .map(|k| k * m)
+        .take_while(|sh| *sh <= max_side.max(h))
+        .filter(|sh| *sh != h)
+        .map(|sh| {
+            let sw = ((sh as f64 * w as f64 / h as f64 / m as f64).round() as usize).max(1) * m;
+            [sh, sw]
+        })
+        .collect();
     sizes.push([h, w]);
     sizes.sort_by_key(|s| s[0] * s[1]);
     sizes.dedup();
-    let original = sizes
+    sizes
+}
+
+fn size_values(sizes: &[[usize; 2]]) -> Vec<AxisValue> {
+    sizes
         .iter()
-        .position(|s| *s == [h, w])
+        .map(|[a, b]| {
+            value(
+                format!("[{a}, {b}]"),
+                format!("{a}×{b}"),
+                Some((a * b) as f64),
+            )
+        })
+        .collect()
+}
+
+/// Input sizes in steps of 32 (or of the output stride when larger), valid at every output stride
+/// the search may try; refined to the model's own step (its output stride, at least 4: what the
+/// config accepts) around the boundary.
+fn size_axis(config: &Config, max_side: usize) -> Axis {
+    let stride = config.model.output_stride;
+    let coarse = sizes(config, stride.max(32), max_side);
+    let fine = match stride.max(4) < stride.max(32) {
+        true => size_values(&sizes(config, stride.max(4), max_side)),
+        false => vec![],
+    };
+    let original = coarse
+        .iter()
+        .position(|s| *s == config.data.size)
         .expect("configured size present");
     Axis {
         name: "size".into(),
         noun: "input size".into(),
         fix: Some("largest input size that fits".into()),
         key: "data.size".into(),
-        values: sizes
-            .iter()
-            .map(|[a, b]| {
-                value(
-                    format!("[{a}, {b}]"),
-                    format!("{a}×{b}"),
-                    Some((a * b) as f64),
-                )
-            })
-            .collect(),
+        values: size_values(&coarse),
         original,
+        fine,
     }
 }
 
@@ -82,6 +96,7 @@ fn stride_axis(config: &Config) -> Axis {
             .iter()
             .map(|s| value(s.to_string(), format!("OS{s}"), None))
             .collect(),
+        fine: vec![],
     }
 }
 
@@ -112,6 +127,7 @@ fn depth_axis(config: &Config, arch: &Architecture) -> Axis {
             .as_ref()
             .map(|t| arch.stage_index(t))
             .unwrap_or(last),
+        fine: vec![],
     }
 }
 
@@ -129,6 +145,7 @@ fn phase_axis(config: &Config) -> Axis {
             .iter()
             .position(|p| *p == config.train.phase)
             .unwrap_or(2),
+        fine: vec![],
     }
 }
 
@@ -157,15 +174,27 @@ fn fixes(config: &Config) -> Vec<Fix> {
                 .collect(),
         })
     };
-    if config.model.output_stride == 8 {
-        add("output stride 16", &[("model.output_stride", "16")]);
-    }
+    // In order of how little each changes the training: the numbers' precision, then recomputation,
+    // then the model's resolution, the loss, the model itself; the diagnosis ranks them so.
     if config.train.precision == Precision::F32 {
-        add("bf16", &[("train.precision", "\"bf16\"")]);
-        add("f16", &[("train.precision", "\"f16\"")]);
+        // Pure low precision: weights, gradients and optimizer state too, not autocast's mixed one.
+        add("pure bf16", &[("train.precision", "\"bf16\"")]);
+        add("pure f16", &[("train.precision", "\"f16\"")]);
     }
     if !config.train.checkpointing {
         add("gradient checkpointing", &[("train.checkpointing", "true")]);
+    }
+    if config.model.output_stride == 8 {
+        add("output stride 16", &[("model.output_stride", "16")]);
+    }
+    if config.train.loss_resolution == LossResolution::Full {
+        add(
+            "quarter-resolution loss",
+            &[("train.loss_resolution", "\"quarter\"")],
+        );
+    }
+    if config.train.optimizer == Optimizer::Adamw {
+        add("SGD instead of AdamW", &[("train.optimizer", "\"sgd\"")]);
     }
     // The configured identity list plus one more module, as a TOML list.
     let plus = |id: &str| {
@@ -185,15 +214,6 @@ fn fixes(config: &Config) -> Vec<Fix> {
     }
     if config.model.aux_head && !swapped(ids::AUX_HEAD) {
         add("no aux head", &[("model.identity", &plus(ids::AUX_HEAD))]);
-    }
-    if config.train.loss_resolution == LossResolution::Full {
-        add(
-            "quarter-resolution loss",
-            &[("train.loss_resolution", "\"quarter\"")],
-        );
-    }
-    if config.train.optimizer == Optimizer::Adamw {
-        add("SGD instead of AdamW", &[("train.optimizer", "\"sgd\"")]);
     }
     f
 }
@@ -266,6 +286,20 @@ mod tests {
         assert_eq!(a.values.len(), 16);
         let a = size_axis(&cfg([520, 520], 8), 0);
         assert_eq!(a.values.last().unwrap().label, "520×520");
+    }
+
+    #[test]
+    fn sizes_refine_to_the_output_stride() {
+        // Coarse steps of 32 stay valid at every stride; the fine ones are the model's own step.
+        let a = size_axis(&cfg([96, 96], 8), 0);
+        let labels =
+            |v: &[oom_search::AxisValue]| v.iter().map(|v| v.label.clone()).collect::<Vec<_>>();
+        assert_eq!(labels(&a.values), ["32×32", "64×64", "96×96"]);
+        assert_eq!(a.fine.len(), 12);
+        assert_eq!(a.fine[8].label, "72×72");
+        assert!(a.values.iter().all(|v| a.fine.contains(v)));
+        // At OS32 the coarse step is already the model's.
+        assert!(size_axis(&cfg([96, 96], 32), 0).fine.is_empty());
     }
 
     #[test]

@@ -108,6 +108,59 @@ pub fn bisect_axis(
     search.done(s, verdict, 2 * opts.confirm_runs as usize)
 }
 
+/// [`bisect_axis`], then, on an axis with [`Axis::fine`] values, the boundary narrowed on them: the
+/// coarse search runs without re-runs, and the fine boundary is the one confirmed.
+pub fn bisect_axis_finely(
+    s: &mut Session<'_>,
+    axis: &Axis,
+    base: &Candidate,
+    lo: usize,
+    hi: usize,
+    opts: &AxisOptions,
+) -> AxisSearch {
+    if axis.fine.is_empty() {
+        return bisect_axis(s, axis, base, lo, hi, opts);
+    }
+    let coarse_opts = AxisOptions {
+        confirm_runs: 0,
+        ..*opts
+    };
+    let coarse = bisect_axis(s, axis, base, lo, hi, &coarse_opts);
+    let AxisVerdict::Boundary {
+        last_fit,
+        first_oom,
+        ..
+    } = &coarse.verdict
+    else {
+        return coarse;
+    };
+    let at = |p: &Probe| {
+        axis.fine
+            .iter()
+            .position(|v| v.value == axis.values[p.index].value)
+    };
+    let (Some(a), Some(b)) = (at(last_fit), at(first_oom)) else {
+        return coarse;
+    };
+    let original_value = &axis.values[axis.original].value;
+    let sub = Axis {
+        values: axis.fine[a..=b].to_vec(),
+        // No value of the sub-axis is written as "no override" unless it is the original's.
+        original: axis.fine[a..=b]
+            .iter()
+            .position(|v| v.value == *original_value)
+            .unwrap_or(usize::MAX),
+        fine: vec![],
+        ..axis.clone()
+    };
+    let fine = bisect_axis(s, &sub, base, 0, b - a, opts);
+    AxisSearch {
+        trials: coarse.trials + fine.trials,
+        plain_bisection: plain_bisection_trials(b - a + 1) + coarse.plain_bisection,
+        ..fine
+    }
+}
+
 /// ceil(log2(n)) + 2: both ends, then halving the interval.
 pub(crate) fn plain_bisection_trials(n: usize) -> usize {
     let mut log = 0;

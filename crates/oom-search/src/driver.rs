@@ -2,7 +2,7 @@
 //! the modules that carry the memory (ddmin), and the 1-minimal failing configuration; or, when the
 //! original fits, its headroom and capacity.
 
-use crate::bisect::{bisect_axis, AxisOptions, AxisSearch, AxisVerdict};
+use crate::bisect::{bisect_axis, bisect_axis_finely, AxisOptions, AxisSearch, AxisVerdict};
 use crate::ddmin::{ddmin, DdTest};
 use crate::session::{Budget, Clock, Session, TrialRecord};
 use crate::{Axis, Candidate, Event, Measurement, Oracle, Outcome, Purpose};
@@ -89,6 +89,9 @@ pub struct SearchOptions {
     pub fixes: bool,
     pub modules: bool,
     pub minimise: bool,
+    /// Measure an original that runs out of memory once more without the ceiling (how much it
+    /// needs).
+    pub need: bool,
 }
 
 impl SearchOptions {
@@ -111,6 +114,7 @@ impl Default for SearchOptions {
             fixes: true,
             modules: true,
             minimise: true,
+            need: true,
         }
     }
 }
@@ -171,6 +175,10 @@ pub struct ModuleCost {
 pub struct Diagnosis {
     pub ceiling_bytes: u64,
     pub original: Measurement,
+    /// The original run without the ceiling, when it ran out of memory under it: what it needs
+    /// (`Oom` when even the whole machine is not enough).
+    #[serde(default)]
+    pub need: Option<Measurement>,
     pub axes: Vec<AxisSearch>,
     pub capacity: Vec<AxisSearch>,
     pub fixes: Vec<FixResult>,
@@ -204,7 +212,7 @@ pub fn expected_trials(space: &Space, opts: &SearchOptions) -> usize {
         0
     };
     let minimal = if opts.minimise { 8 } else { 0 };
-    1 + axes + fixes + modules + minimal
+    1 + usize::from(opts.need) + axes + fixes + modules + minimal
 }
 
 /// Runs the whole diagnosis against `oracle`, telling `events` as it goes and asking `clock` the time.
@@ -223,6 +231,7 @@ pub fn diagnose(
     let mut d = Diagnosis {
         ceiling_bytes: opts.ceiling,
         original: original.clone(),
+        need: None,
         axes: vec![],
         capacity: vec![],
         fixes: vec![],
@@ -246,12 +255,18 @@ pub fn diagnose(
 /// and each module item swapped alone. Independent of each other, so they can all run at once.
 fn oom_fan_out(space: &Space, opts: &SearchOptions) -> Vec<Candidate> {
     let base = Candidate::original();
-    let mut out: Vec<Candidate> = space
-        .axes
-        .iter()
-        .filter(|a| a.original > 0)
-        .map(|a| a.at(&base, 0))
+    let mut out: Vec<Candidate> = opts
+        .need
+        .then(|| base.without_ceiling())
+        .into_iter()
         .collect();
+    out.extend(
+        space
+            .axes
+            .iter()
+            .filter(|a| a.original > 0)
+            .map(|a| a.at(&base, 0)),
+    );
     if opts.fixes {
         out.extend(space.fixes.iter().map(fix_candidate));
     }
@@ -291,7 +306,7 @@ fn capacity(s: &mut Session<'_>, space: &Space, opts: &SearchOptions) -> Vec<Axi
         let last = axis.values.len() - 1;
         if last > axis.original {
             let base = Candidate::original();
-            out.push(bisect_axis(
+            out.push(bisect_axis_finely(
                 s,
                 axis,
                 &base,
@@ -307,6 +322,9 @@ fn capacity(s: &mut Session<'_>, space: &Space, opts: &SearchOptions) -> Vec<Axi
 /// The original runs out of memory: each axis, the fixes, the modules, the minimal failing one.
 fn explain_oom(s: &mut Session<'_>, space: &Space, opts: &SearchOptions, d: &mut Diagnosis) {
     s.expect(&oom_fan_out(space, opts));
+    if opts.need {
+        d.need = Some(s.measure(&Candidate::original().without_ceiling(), Purpose::Need));
+    }
     d.axes = search_axes(s, space, opts);
     if opts.fixes {
         s.event(Event::Step {
@@ -345,7 +363,7 @@ fn search_axes(s: &mut Session<'_>, space: &Space, opts: &SearchOptions) -> Vec<
             name: format!("axis {}", axis.name),
         });
         s.set_rerun_floor(AXIS_RERUNS * (*k as u32 + 1));
-        let r = bisect_axis(
+        let r = bisect_axis_finely(
             s,
             axis,
             &Candidate::original(),

@@ -13,7 +13,7 @@ mod driver;
 mod model;
 mod session;
 
-pub use bisect::{bisect_axis, AxisOptions, AxisSearch, AxisVerdict, Probe};
+pub use bisect::{bisect_axis, bisect_axis_finely, AxisOptions, AxisSearch, AxisVerdict, Probe};
 pub use ddmin::{ddmin, Reduced};
 pub use driver::{
     diagnose, expected_trials, Diagnosis, Fix, FixResult, Minimal, ModuleCost, ModuleItem, Modules,
@@ -49,8 +49,13 @@ impl fmt::Display for Outcome {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Measurement {
     pub outcome: Outcome,
-    /// Peak device memory of the trial, when it ran far enough to have one.
+    /// Peak device memory of the trial, when it ran far enough to have one. For a trial that ran
+    /// out of memory, the peak of what succeeded before: see `failed_at_bytes` for what a user reads.
     pub peak_bytes: Option<u64>,
+    /// A trial that ran out of memory: what was in use when it failed plus the request that failed,
+    /// where the failure says (else the last reading before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_at_bytes: Option<u64>,
     /// Most memory held by live tensors at a measuring point (the device peak less pool slack and
     /// context), when known. Smoother than `peak_bytes`; used to predict boundaries.
     #[serde(default)]
@@ -70,6 +75,7 @@ impl Measurement {
         Measurement {
             outcome,
             peak_bytes: None,
+            failed_at_bytes: None,
             peak_in_use_bytes: None,
             base_bytes: None,
             note: String::new(),
@@ -82,11 +88,22 @@ impl Measurement {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Candidate {
     pub sets: BTreeMap<String, String>,
+    /// Run without the ceiling, on all the memory the machine has: what the configuration needs.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unbounded: bool,
 }
 
 impl Candidate {
     pub fn original() -> Self {
         Candidate::default()
+    }
+
+    /// This candidate without the ceiling (see [`Candidate::unbounded`]).
+    pub fn without_ceiling(&self) -> Candidate {
+        Candidate {
+            unbounded: true,
+            ..self.clone()
+        }
     }
 
     /// This candidate with one more override (replacing any earlier value of the key).
@@ -108,10 +125,14 @@ impl Candidate {
 
 impl fmt::Display for Candidate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.sets.is_empty() {
-            return f.write_str("original");
+        match self.sets.is_empty() {
+            true => f.write_str("original")?,
+            false => f.write_str(&self.to_sets().join(" "))?,
         }
-        f.write_str(&self.to_sets().join(" "))
+        match self.unbounded {
+            true => f.write_str(" without the ceiling"),
+            false => Ok(()),
+        }
     }
 }
 
@@ -143,6 +164,13 @@ pub struct Axis {
     pub values: Vec<AxisValue>,
     /// Index of the original configuration's value.
     pub original: usize,
+    /// Every value at the model's own granularity, in order, the coarse `values` among them (empty:
+    /// `values` are already the finest). A boundary found on `values` is narrowed on these, at the
+    /// original configuration only: the coarse values stay valid when other axes change (an input
+    /// size that is a multiple of 32 suits every output stride; one that is a multiple of 8 does
+    /// not).
+    #[serde(default)]
+    pub fine: Vec<AxisValue>,
 }
 
 impl Axis {
@@ -187,6 +215,8 @@ pub trait Oracle {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Purpose {
     Original,
+    /// The original without the ceiling: how much it needs.
+    Need,
     /// Searching an axis; the interval of indices still open.
     Axis {
         axis: String,
@@ -210,6 +240,7 @@ impl fmt::Display for Purpose {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Purpose::Original => f.write_str("original"),
+            Purpose::Need => f.write_str("how much it needs"),
             Purpose::Axis { axis, lo, hi } => write!(f, "{axis} in ({lo}, {hi}]"),
             Purpose::Confirm { axis } => write!(f, "{axis}: confirm boundary"),
             Purpose::Capacity { axis } => write!(f, "{axis}: capacity"),

@@ -47,6 +47,7 @@ fn axis(name: &str, key: &str, n: usize) -> Axis {
             })
             .collect(),
         original: n - 1,
+        fine: vec![],
     }
 }
 
@@ -284,6 +285,7 @@ fn prediction_uses_live_tensors_where_device_peaks_are_paged() {
             })
             .collect(),
         original: 31,
+        fine: vec![],
     };
     let mut o = PagedDevice;
     let mut probed: Vec<String> = vec![];
@@ -476,6 +478,7 @@ fn space() -> Space {
             })
             .collect(),
         original: 2,
+        fine: vec![],
     };
     Space {
         axes: vec![batch, stride],
@@ -817,7 +820,57 @@ fn a_module_that_alone_fits_is_the_culprit() {
     assert_eq!(fits, ["attention", "decoder"]);
     assert_eq!(
         d.trials.len(),
-        1 + COSTS.len(),
-        "the original and one trial per module"
+        2 + COSTS.len(),
+        "the original, once more without the ceiling, and one trial per module"
     );
+    assert!(d.trials[1].candidate.unbounded);
+}
+
+/// A boundary found on coarse values is narrowed on the fine ones, exactly, for every position of
+/// the true boundary; only the fine boundary is re-run.
+#[test]
+fn a_coarse_boundary_is_narrowed_on_the_fine_values() {
+    for boundary in 4..=23 {
+        let mut a = axis("size", "data.size", 24);
+        a.fine = a.values.clone();
+        // Coarse: every fourth value (4, 8, …, 24), the original (24) among them.
+        a.values = a.fine.iter().skip(3).step_by(4).cloned().collect();
+        a.original = a.values.len() - 1;
+        let mut o = Line {
+            key: a.key.clone(),
+            n: 24,
+            boundary,
+            flaky: HashMap::new(),
+            runs: 0,
+        };
+        let mut ev = |_: &Event| {};
+        let clock = TestClock::default();
+        let mut s = session(&mut o, &mut ev, &clock);
+        s.measure(&Candidate::original(), Purpose::Original);
+        let r = bisect_axis_finely(
+            &mut s,
+            &a,
+            &Candidate::original(),
+            0,
+            a.original,
+            &opts(0, false, 1),
+        );
+        let AxisVerdict::Boundary {
+            last_fit,
+            first_oom,
+            confirmed,
+        } = &r.verdict
+        else {
+            panic!("boundary {boundary}: {:?}", r.verdict);
+        };
+        assert_eq!(last_fit.label, boundary.to_string(), "boundary {boundary}");
+        assert_eq!(first_oom.label, (boundary + 1).to_string());
+        assert!(confirmed);
+        assert_eq!(r.confirmations, 2);
+        // The candidate of each probe sets the fine value (the original is no override).
+        assert_eq!(
+            last_fit.candidate.get("data.size"),
+            Some(boundary.to_string().as_str())
+        );
+    }
 }

@@ -84,6 +84,17 @@ pub fn host_total() -> u64 {
     (pages.max(0) as u64) * (size.max(0) as u64)
 }
 
+/// Memory the host can give without swapping (`MemAvailable`), or its physical memory where
+/// `/proc/meminfo` cannot be read.
+pub fn host_available() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or_else(host_total, |kib| kib * 1024)
+}
+
 /// `1.50 GiB`, `512.0 MiB`, `20 KiB`, `12 B`.
 pub fn fmt_bytes(b: u64) -> String {
     const K: f64 = 1024.0;

@@ -3,7 +3,10 @@
 //! formats; the commands orchestrate.
 
 pub mod bench;
+pub mod diagnosis;
+pub mod html;
 pub mod inspect;
+pub mod memory;
 pub mod progress;
 pub mod report;
 pub mod trial_table;

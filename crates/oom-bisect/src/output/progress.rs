@@ -166,10 +166,16 @@ impl Progress {
                     Outcome::Oom => "OOM ",
                     Outcome::Inconclusive => "??  ",
                 };
-                let peak = measurement
-                    .peak_bytes
-                    .map(|p| format!("peak {:>10}", fmt_bytes(p)))
-                    .unwrap_or_else(|| format!("{:>15}", ""));
+                // An OOM's figure is what it tried to hold, never the lower peak before it failed.
+                let peak = match measurement.outcome {
+                    Outcome::Oom => measurement
+                        .failed_at_bytes
+                        .map(|p| format!("at   {:>10}", fmt_bytes(p))),
+                    _ => measurement
+                        .peak_bytes
+                        .map(|p| format!("peak {:>10}", fmt_bytes(p))),
+                }
+                .unwrap_or_else(|| format!("{:>15}", ""));
                 let again = if *attempt > 0 { " (re-run)" } else { "" };
                 let note = if measurement.outcome == Outcome::Inconclusive {
                     format!("  [{}]", measurement.note)

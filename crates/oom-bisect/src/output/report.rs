@@ -2,9 +2,13 @@
 //! boundaries with measured peaks on both sides, where memory crosses the ceiling, the modules, the
 //! fixes that fit, the minimal failing configuration, and the line that reproduces it.
 
-use oom_search::{AxisSearch, AxisVerdict, Diagnosis, Minimal, ModulesVerdict, Outcome, Probe};
+use super::memory;
+use oom_search::{
+    AxisSearch, AxisVerdict, Candidate, Diagnosis, Minimal, ModulesVerdict, Outcome, Probe,
+};
 use oom_trial::{fmt_bytes, TrialReport};
 use serde_json::{json, Value};
+use std::collections::HashMap;
 
 /// What the report needs besides the diagnosis.
 pub struct Context<'a> {
@@ -14,7 +18,10 @@ pub struct Context<'a> {
     pub memory_model: deeplab::MemoryModel,
     /// Training steps per trial (`train.steps`, or its default for the memory model).
     pub steps: usize,
-    pub original_report: Option<&'a TrialReport>,
+    /// Every trial's report, by candidate and attempt (the details behind the measurements).
+    pub reports: &'a HashMap<(Candidate, u32), TrialReport>,
+    /// The configuration diagnosed (under `--exec`, what the user's command was given).
+    pub config: Option<&'a deeplab::Config>,
     pub minimal_path: Option<String>,
     pub minimal_config: Option<toml::Table>,
     pub reproduce: Option<String>,
@@ -30,16 +37,43 @@ pub struct Context<'a> {
     pub notes: Vec<String>,
 }
 
-fn peak(p: &Probe) -> String {
+impl Context<'_> {
+    /// The report of a candidate's first run.
+    pub fn report(&self, c: &Candidate) -> Option<&TrialReport> {
+        self.reports.get(&(c.clone(), 0))
+    }
+
+    pub fn original_report(&self) -> Option<&TrialReport> {
+        self.report(&Candidate::original())
+    }
+
+    /// What the peak of the whole run is made of (built-in model only: under `--exec` the model is
+    /// the user's, whose parameters we do not know).
+    pub fn breakdown(&self) -> Option<Vec<memory::Part>> {
+        let config = self.config.filter(|_| self.exec.is_none())?;
+        memory::breakdown(whole_run(self)?.0, config)
+    }
+
+    fn need_report(&self) -> Option<&TrialReport> {
+        self.report(&Candidate::original().without_ceiling())
+    }
+}
+
+/// A probe's figure: the peak of one that fits, what was in use when one ran out of memory.
+fn peak(p: &Probe, cx: &Context<'_>) -> String {
     match (p.measurement.outcome, p.measurement.peak_bytes) {
         (Outcome::Fits, Some(b)) => fmt_bytes(b),
-        (Outcome::Oom, _) => "out of memory".into(),
+        (Outcome::Oom, _) => cx
+            .report(&p.candidate)
+            .map(memory::oom_text)
+            .unwrap_or_else(|| "out of memory".into()),
         (Outcome::Inconclusive, _) => "inconclusive".into(),
         (_, None) => "-".into(),
     }
 }
 
-fn boundary_row(a: &AxisSearch, verbose: bool) -> String {
+fn boundary_row(a: &AxisSearch, cx: &Context<'_>) -> String {
+    let verbose = cx.verbose;
     let plain = match verbose {
         true => format!("; plain bisection {}", a.plain_bisection),
         false => String::new(),
@@ -55,10 +89,10 @@ fn boundary_row(a: &AxisSearch, verbose: bool) -> String {
             first_oom,
             confirmed,
         } => format!(
-            "  {:<7} last fit {:<22} first OOM {:<22} trials {trials}{}",
+            "  {:<7} last fit {:<22} first OOM {:<34} trials {trials}{}",
             a.axis,
-            format!("{} ({})", last_fit.label, peak(last_fit)),
-            first_oom.label,
+            format!("{} ({})", last_fit.label, peak(last_fit, cx)),
+            format!("{} ({})", first_oom.label, peak(first_oom, cx)),
             if *confirmed {
                 let n = a.confirmations / 2 + 1;
                 format!(", confirmed {n}/{n}")
@@ -78,7 +112,9 @@ fn boundary_row(a: &AxisSearch, verbose: bool) -> String {
 pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
     let mut s = header(d, cx);
     s += &verdict(d, cx);
-    s += &boundaries(d, cx.verbose);
+    s += &super::diagnosis::text(d, cx);
+    s += &where_the_memory_is(d, cx);
+    s += &boundaries(d, cx);
     s += &modules(d);
     s += &fixes(d);
     s += &minimal(d, cx);
@@ -131,21 +167,11 @@ fn verdict(d: &Diagnosis, cx: &Context<'_>) -> String {
     let o = &d.original;
     match o.outcome {
         Outcome::Oom => {
-            let at = cx
-                .original_report
-                .and_then(|r| r.oom.as_ref())
-                .map(|x| {
-                    format!(
-                        " in step {} after {}{}",
-                        x.step.unwrap_or(0) + 1,
-                        x.stage.as_deref().unwrap_or("start"),
-                        x.bytes
-                            .map(|b| format!(", allocating {}", fmt_bytes(b)))
-                            .unwrap_or_default()
-                    )
-                })
-                .unwrap_or_default();
-            format!("Verdict: the original configuration runs OUT OF MEMORY under {ceiling}{at}.\n")
+            let need = match cx.need_report() {
+                Some(n) => format!(": it {}", memory::need_text(n, d.ceiling_bytes)),
+                None => format!(" under {ceiling}"),
+            };
+            format!("Verdict: the original configuration runs OUT OF MEMORY{need}.\n")
         }
         Outcome::Fits => {
             let p = o.peak_bytes.unwrap_or(0);
@@ -162,6 +188,32 @@ fn verdict(d: &Diagnosis, cx: &Context<'_>) -> String {
     }
 }
 
+/// The run whose memory the breakdown splits: the original without the ceiling when it ran out of
+/// memory under it, else the original itself.
+fn whole_run<'a>(cx: &'a Context<'_>) -> Option<(&'a TrialReport, &'static str)> {
+    let fits = |r: &&TrialReport| r.outcome == oom_trial::TrialOutcome::Fits;
+    match cx.need_report().filter(fits) {
+        Some(r) => Some((r, "the original without the ceiling")),
+        None => cx
+            .original_report()
+            .filter(fits)
+            .map(|r| (r, "the original")),
+    }
+}
+
+/// What the peak of a whole run is made of.
+fn where_the_memory_is(_d: &Diagnosis, cx: &Context<'_>) -> String {
+    let (Some((r, which)), Some(parts)) = (whole_run(cx), cx.breakdown()) else {
+        return String::new();
+    };
+    let peak = r.peak_bytes.unwrap_or(0);
+    format!(
+        "\nWhere the memory is, at the peak of {which} ({}):\n{}",
+        fmt_bytes(peak),
+        memory::breakdown_text(&parts, peak)
+    )
+}
+
 /// The boundary of the axis named `axis`, when it has one.
 fn boundary_of<'a>(d: &'a Diagnosis, axis: &str) -> Option<(&'a Probe, &'a Probe)> {
     match &d.axes.iter().find(|a| a.axis == axis)?.verdict {
@@ -174,19 +226,19 @@ fn boundary_of<'a>(d: &'a Diagnosis, axis: &str) -> Option<(&'a Probe, &'a Probe
     }
 }
 
-fn boundaries(d: &Diagnosis, verbose: bool) -> String {
+fn boundaries(d: &Diagnosis, cx: &Context<'_>) -> String {
     let mut s = String::new();
     if !d.axes.is_empty() {
         s += "\nBoundaries (one axis at a time, the others as configured):\n";
         for a in &d.axes {
-            s += &format!("{}\n", boundary_row(a, verbose));
+            s += &format!("{}\n", boundary_row(a, cx));
         }
         if let Some((fit, oom)) = boundary_of(d, "depth") {
             s += &format!(
                 "\nWhere memory crosses the ceiling: the model still fits truncated after {} ({}), and runs out \
                  of memory once {} is included.\n",
                 fit.label,
-                peak(fit),
+                peak(fit, cx),
                 oom.label
             );
         }
@@ -199,7 +251,7 @@ fn boundaries(d: &Diagnosis, verbose: bool) -> String {
             s += &format!(
                 "Phase: {} fits ({}), {} does not: the memory is in {why}.\n",
                 fit.label,
-                peak(fit),
+                peak(fit, cx),
                 oom.label
             );
         }
@@ -207,7 +259,7 @@ fn boundaries(d: &Diagnosis, verbose: bool) -> String {
     if !d.capacity.is_empty() {
         s += "\nCapacity (largest value that still fits, the others as configured):\n";
         for a in &d.capacity {
-            s += &format!("{}\n", boundary_row(a, verbose));
+            s += &format!("{}\n", boundary_row(a, cx));
         }
     }
     s
@@ -237,8 +289,9 @@ fn modules(d: &Diagnosis) -> String {
                 String::new()
             } else {
                 format!(
-                    "; each of {} alone also makes it fit",
-                    also_alone.join(", ")
+                    "; {} alone also make{} it fit",
+                    also_alone.join(", "),
+                    if also_alone.len() == 1 { "s" } else { "" }
                 )
             }
         ),
@@ -360,6 +413,7 @@ fn probe_json(p: &Probe) -> Value {
         "candidate": p.candidate.to_sets(),
         "outcome": p.measurement.outcome,
         "peak_bytes": p.measurement.peak_bytes,
+        "failed_at_bytes": p.measurement.failed_at_bytes,
     })
 }
 
@@ -425,8 +479,12 @@ pub fn json(d: &Diagnosis, cx: &Context<'_>) -> Value {
             "outcome": d.original.outcome,
             "peak_bytes": d.original.peak_bytes,
             "note": d.original.note,
-            "oom": cx.original_report.and_then(|r| r.oom.clone()),
-            "stages": cx.original_report.map(|r| r.stages.clone()),
+            "oom": cx.original_report().and_then(|r| r.oom.clone()),
+            "stages": cx.original_report().map(|r| r.stages.clone()),
+            // Measured without the ceiling; null when not measured or when even that ran out.
+            "needed_bytes": d.need.as_ref().filter(|m| m.outcome == Outcome::Fits).and_then(|m| m.peak_bytes),
+            "need": d.need,
+            "breakdown": cx.breakdown(),
         },
         "ceiling_bytes": d.ceiling_bytes,
         "backend": cx.backend,

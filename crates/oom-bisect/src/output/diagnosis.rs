@@ -1,0 +1,209 @@
+//! The diagnosis in plain words, first in the report: how far over, where it runs out, which single
+//! changes make it fit (the least change to the training first), the largest batch and input size
+//! that fit, and what became of each suspect of the forum thread. Every sentence restates a trial
+//! printed further down; nothing here is measured or guessed anew.
+
+use super::report::Context;
+use oom_search::{AxisVerdict, Diagnosis, FixResult, ModulesVerdict, Outcome};
+use oom_trial::fmt_bytes;
+
+/// How much a change alters the training a user meant, from its config keys: precision and
+/// recomputation leave the model and data as they are; resolution, loss and modules change what is
+/// learned; batch and input size change the data itself.
+fn disruption(f: &FixResult) -> u8 {
+    let key = f.candidate.sets.keys().next().map(String::as_str);
+    match key {
+        Some("train.precision") => 0,
+        Some("train.checkpointing") => 1,
+        Some("train.optimizer") => 2,
+        Some("model.output_stride") => 3,
+        Some("train.loss_resolution") => 4,
+        Some("model.identity") => 5,
+        Some("data.batch") => 6,
+        _ => 7,
+    }
+}
+
+fn peak_of(f: &FixResult) -> String {
+    f.measurement
+        .peak_bytes
+        .map(|p| format!(" ({})", fmt_bytes(p)))
+        .unwrap_or_default()
+}
+
+/// The plain-words block, or nothing when the original did not run out of memory.
+pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
+    if d.original.outcome != Outcome::Oom {
+        return String::new();
+    }
+    let mut lines: Vec<String> = vec![];
+    lines.extend(where_it_fails(d, cx));
+    lines.extend(what_fits(d));
+    lines.extend(suspects(d, cx));
+    let mut s = "\nDiagnosis:\n".to_string();
+    for l in lines {
+        s += &format!("  - {l}\n");
+    }
+    s
+}
+
+/// Where the run crosses the ceiling: the step and stage of the failure, the stage depth first
+/// tips it over, and what the peak is made of.
+fn where_it_fails(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
+    let mut out = vec![];
+    let depth = boundary(d, "depth").map(|(fit, oom)| {
+        format!("; truncated after {fit} the model fits, with {oom} it does not")
+    });
+    if let Some((r, o)) = cx
+        .original_report()
+        .and_then(|r| Some((r, r.oom.as_ref()?)))
+    {
+        out.push(format!(
+            "It fails in step {} after {} ({}){}.",
+            o.step.unwrap_or(0) + 1,
+            o.stage.as_deref().unwrap_or("start"),
+            super::memory::oom_text(r),
+            depth.unwrap_or_default()
+        ));
+    }
+    if let Some(parts) = cx.breakdown() {
+        let total: u64 = parts.iter().map(|p| p.bytes).sum::<u64>().max(1);
+        let fixed: u64 = parts
+            .iter()
+            .filter(|p| matches!(p.part, "weights" | "optimizer state"))
+            .map(|p| p.bytes)
+            .sum();
+        out.push(format!(
+            "{:.0}% of its peak is weights and optimizer state ({}), which no change of batch or \
+             input size reduces; the rest is activations{}.",
+            100.0 * fixed as f64 / total as f64,
+            fmt_bytes(fixed),
+            if parts.iter().any(|p| p.part == "allocator slack") {
+                ", allocator slack and the CUDA context"
+            } else {
+                ""
+            }
+        ));
+    }
+    out
+}
+
+/// The single changes measured to fit, least disruptive first, and the module swaps that do.
+fn what_fits(d: &Diagnosis) -> Vec<String> {
+    let mut fits: Vec<&FixResult> = d
+        .fixes
+        .iter()
+        .filter(|f| f.measurement.outcome == Outcome::Fits)
+        .collect();
+    fits.sort_by_key(|f| disruption(f));
+    let mut out = vec![match fits.is_empty() {
+        true => "No single change tried makes it fit (the fixes below list each one).".to_string(),
+        false => format!(
+            "Single changes that make it fit, the least change to the training first: {}.",
+            fits.iter()
+                .map(|f| format!("{}{}", f.change, peak_of(f)))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+    }];
+    if let Some(ModulesVerdict::Culprits {
+        items, measurement, ..
+    }) = &d.modules
+    {
+        out.push(format!(
+            "Swapping {} for identity also makes it fit ({}), but changes the model.",
+            items.join(" and "),
+            measurement.peak_bytes.map(fmt_bytes).unwrap_or_default()
+        ));
+    }
+    out
+}
+
+/// `(last fit, first OOM)` labels of the axis named `axis`, when it has a boundary.
+fn boundary(d: &Diagnosis, axis: &str) -> Option<(String, String)> {
+    let a = d.axes.iter().find(|a| a.axis == axis)?;
+    match &a.verdict {
+        AxisVerdict::Boundary {
+            last_fit,
+            first_oom,
+            ..
+        } => Some((last_fit.label.clone(), first_oom.label.clone())),
+        _ => None,
+    }
+}
+
+/// Each suspect of the thread: a cause (with the boundary), ruled out (with the trial), or not
+/// part of this configuration.
+fn suspects(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
+    let mut causes = vec![];
+    let mut ruled_out = vec![];
+    for a in &d.axes {
+        match &a.verdict {
+            AxisVerdict::Boundary {
+                last_fit,
+                first_oom,
+                ..
+            } if matches!(a.axis.as_str(), "batch" | "size" | "stride") => causes.push(format!(
+                "{} ({} fits, {} does not)",
+                a.axis, last_fit.label, first_oom.label
+            )),
+            AxisVerdict::NotTheCause { lowest, .. } => ruled_out.push(format!(
+                "{} ({} still runs out of memory)",
+                a.axis, lowest.label
+            )),
+            _ => {}
+        }
+    }
+    if let Some((_, oom)) = boundary(d, "phase") {
+        causes.push(match oom.as_str() {
+            "step" => {
+                "the optimizer's state (forward and backward without an update fit)".to_string()
+            }
+            "backward" => "the backward pass (the forward pass alone fits)".to_string(),
+            other => format!("the {other} phase"),
+        });
+    }
+    for f in d
+        .fixes
+        .iter()
+        .filter(|f| f.measurement.outcome == Outcome::Oom)
+    {
+        ruled_out.push(format!("{} (still runs out of memory)", f.change));
+    }
+    let mut out = vec![];
+    if !causes.is_empty() {
+        out.push(format!("What tips it over: {}.", causes.join("; ")));
+    }
+    if !ruled_out.is_empty() {
+        out.push(format!("Ruled out: {}.", ruled_out.join("; ")));
+    }
+    let absent = cx.config.map(not_configured).unwrap_or_default();
+    if !absent.is_empty() {
+        out.push(format!(
+            "Suspects of the thread that do not apply here: {}.",
+            absent.join("; ")
+        ));
+    }
+    out
+}
+
+/// The thread's suspects this configuration does not have.
+fn not_configured(c: &deeplab::Config) -> Vec<String> {
+    let mut out = vec![];
+    if c.model.attention_heads == 0 {
+        out.push("attention (none configured)".to_string());
+    }
+    if !c.model.aux_head {
+        out.push("auxiliary head (none configured)".into());
+    }
+    if c.model.output_stride > 8 {
+        out.push(format!("output stride 8 (it is {})", c.model.output_stride));
+    }
+    if c.train.precision != deeplab::Precision::F32 {
+        out.push(format!("fp32 (it trains in {})", c.train.precision.name()));
+    }
+    if c.train.checkpointing {
+        out.push("recomputation (checkpointing is already on)".into());
+    }
+    out
+}

@@ -1,0 +1,385 @@
+//! `--html FILE`: one self-contained page with the text report and SVG plots of what was measured:
+//! peak against batch and against input size with the ceiling drawn, the memory of the original
+//! stage by stage, the peak with each module swapped, and the breakdown of the peak. Every point
+//! is a trial of this diagnosis; nothing is interpolated. Plots are drawn by plotters' SVG backend;
+//! their text is left to the browser's fonts.
+
+use super::report::Context;
+use oom_search::{Candidate, Diagnosis, Measurement, Outcome};
+use oom_trial::fmt_bytes;
+use plotters::prelude::*;
+
+const MIB: f64 = 1024.0 * 1024.0;
+const SIZE: (u32, u32) = (680, 340);
+const FIT: RGBColor = RGBColor(46, 125, 50);
+const OOM: RGBColor = RGBColor(198, 40, 40);
+
+/// One measured point: x, MiB, whether it fit.
+type Point = (f64, f64, bool);
+
+/// A plot and the measurements drawn in it, printed under it as text (what a reader can copy, and
+/// what the tests compare with the JSON report).
+struct Figure {
+    svg: String,
+    /// `(label, MiB, fits)` of every point or bar (`None`: not a trial's outcome).
+    data: Vec<(String, f64, Option<bool>)>,
+}
+
+impl Figure {
+    fn html(&self) -> String {
+        let data: Vec<String> = self
+            .data
+            .iter()
+            .map(|(l, mib, fits)| {
+                let bytes = (mib * MIB).round() as u64;
+                let what = match fits {
+                    Some(true) => " fits",
+                    Some(false) => " OOM",
+                    None => "",
+                };
+                format!(
+                    "<span class=\"point\" data-bytes=\"{bytes}\">{}: {}{what}</span>",
+                    escape(l),
+                    fmt_bytes(bytes)
+                )
+            })
+            .collect();
+        format!(
+            "<figure>{}<figcaption>{}</figcaption></figure>\n",
+            self.svg,
+            data.join("; ")
+        )
+    }
+}
+
+/// The page: title, plots, then the text report as printed.
+pub fn page(d: &Diagnosis, cx: &Context<'_>, report_text: &str) -> String {
+    let plots = [
+        axis_plot(d, "data.batch", "peak against batch", "batch", parse_batch),
+        axis_plot(
+            d,
+            "data.size",
+            "peak against input size",
+            "input height (px)",
+            parse_height,
+        ),
+        stages_plot(cx, d.ceiling_bytes),
+        modules_plot(d),
+        breakdown_plot(cx),
+    ];
+    let mut figures = String::new();
+    for f in plots.into_iter().flatten() {
+        figures += &f.html();
+    }
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <title>oom-bisect: {title}</title>\n<style>\
+         body{{font-family:sans-serif;max-width:1500px;margin:1em auto;padding:0 1em;color:#222}}\
+         figure{{display:inline-block;margin:.5em;vertical-align:top;max-width:960px}} \
+         figcaption{{font-size:11px;color:#555}} pre{{background:#f6f6f6;padding:1em;white-space:pre-wrap;font-size:13px}}\
+         </style></head><body>\n<h1>oom-bisect: {title}</h1>\n\
+         <p>Green: fits (its peak). Red: out of memory (what was in use when it failed plus the request). \
+         Dashed: the ceiling, {ceiling}.</p>\n{figures}<h2>Report</h2>\n<pre>{report}</pre>\n</body></html>\n",
+        title = escape(&cx.title),
+        ceiling = fmt_bytes(d.ceiling_bytes),
+        report = escape(report_text),
+    )
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+fn parse_batch(v: &str) -> Option<f64> {
+    v.parse().ok()
+}
+
+fn parse_height(v: &str) -> Option<f64> {
+    v.trim_start_matches('[')
+        .split(',')
+        .next()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// A point's height: the peak of a fit, what an OOM tried to hold (or its peak before it).
+fn mib(m: &Measurement) -> Option<Point> {
+    let fits = m.outcome == Outcome::Fits;
+    let bytes = match m.outcome {
+        Outcome::Fits => m.peak_bytes?,
+        Outcome::Oom => m.failed_at_bytes.or(m.peak_bytes)?,
+        Outcome::Inconclusive => return None,
+    };
+    Some((0.0, bytes as f64 / MIB, fits))
+}
+
+/// Every first-run trial that changes only `key` (and the original, at `original_x`).
+fn axis_points(d: &Diagnosis, key: &str, x_of: fn(&str) -> Option<f64>) -> Vec<Point> {
+    let mut pts: Vec<Point> = d
+        .trials
+        .iter()
+        .filter(|t| t.attempt == 0 && !t.candidate.unbounded && t.candidate.sets.len() == 1)
+        .filter_map(|t| {
+            let x = x_of(t.candidate.get(key)?)?;
+            mib(&t.measurement).map(|(_, y, f)| (x, y, f))
+        })
+        .collect();
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    pts.dedup_by(|a, b| a.0 == b.0);
+    pts
+}
+
+/// Peak against one axis; `None` when fewer than two values of it were measured.
+fn axis_plot(
+    d: &Diagnosis,
+    key: &str,
+    caption: &str,
+    x_desc: &str,
+    x_of: fn(&str) -> Option<f64>,
+) -> Option<Figure> {
+    let pts = axis_points(d, key, x_of);
+    if pts.len() < 2 {
+        return None;
+    }
+    let ceiling = d.ceiling_bytes as f64 / MIB;
+    let x_max = pts.iter().map(|p| p.0).fold(0.0, f64::max) * 1.05;
+    let y_max = pts.iter().map(|p| p.1).fold(ceiling, f64::max) * 1.1;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).ok()?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(caption, ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+            .ok()?;
+        chart
+            .configure_mesh()
+            .x_desc(x_desc)
+            .y_desc("MiB")
+            .draw()
+            .ok()?;
+        ceiling_line(&mut chart, 0.0, x_max, ceiling)?;
+        let fits: Vec<(f64, f64)> = pts.iter().filter(|p| p.2).map(|p| (p.0, p.1)).collect();
+        chart
+            .draw_series(LineSeries::new(fits.clone(), FIT.stroke_width(2)))
+            .ok()?;
+        draw_points(&mut chart, &pts)?;
+    }
+    let data = pts
+        .iter()
+        .map(|(x, y, f)| (format!("{x}"), *y, Some(*f)))
+        .collect();
+    Some(Figure { svg, data })
+}
+
+type Chart<'a, 'b> = ChartContext<
+    'a,
+    SVGBackend<'b>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+fn ceiling_line(chart: &mut Chart<'_, '_>, x0: f64, x1: f64, y: f64) -> Option<()> {
+    chart
+        .draw_series(DashedLineSeries::new(
+            [(x0, y), (x1, y)],
+            6,
+            4,
+            BLACK.stroke_width(1),
+        ))
+        .ok()?;
+    Some(())
+}
+
+fn draw_points(chart: &mut Chart<'_, '_>, pts: &[Point]) -> Option<()> {
+    chart
+        .draw_series(pts.iter().map(|(x, y, fits)| {
+            Circle::new((*x, *y), 4, if *fits { FIT.filled() } else { OOM.filled() })
+        }))
+        .ok()?;
+    Some(())
+}
+
+/// In-use memory after each stage of the last step of the whole run (the original without the
+/// ceiling when it ran out of memory under it), against the ceiling.
+fn stages_plot(cx: &Context<'_>, ceiling: u64) -> Option<Figure> {
+    let r = cx
+        .report(&Candidate::original().without_ceiling())
+        .filter(|r| !r.stages.is_empty())
+        .or_else(|| cx.original_report())?;
+    let last_step = r.stages.iter().map(|s| s.step).max()?;
+    let stages: Vec<_> = r.stages.iter().filter(|s| s.step == last_step).collect();
+    if stages.len() < 2 {
+        return None;
+    }
+    let ceiling = ceiling as f64 / MIB;
+    let n = stages.len() as f64;
+    let y_max = stages
+        .iter()
+        .map(|s| s.device_bytes.max(s.in_use_bytes) as f64 / MIB)
+        .fold(ceiling, f64::max)
+        * 1.1;
+    let names: Vec<String> = stages.iter().map(|s| s.name.clone()).collect();
+    let mut svg = String::new();
+    {
+        let root =
+            SVGBackend::with_string(&mut svg, (SIZE.0 + 240, SIZE.1 + 80)).into_drawing_area();
+        root.fill(&WHITE).ok()?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!("memory after each stage, step {}", last_step + 1),
+                ("sans-serif", 18),
+            )
+            .margin(10)
+            .x_label_area_size(120)
+            .y_label_area_size(70)
+            .build_cartesian_2d(-0.5..n - 0.5, 0.0..y_max)
+            .ok()?;
+        chart
+            .configure_mesh()
+            .x_labels(names.len())
+            .x_label_formatter(&|x| {
+                let i = x.round();
+                match (i - x).abs() < 0.01 && i >= 0.0 {
+                    true => names.get(i as usize).cloned().unwrap_or_default(),
+                    false => String::new(),
+                }
+            })
+            .x_label_style(
+                ("sans-serif", 11)
+                    .into_font()
+                    .transform(FontTransform::Rotate90),
+            )
+            .y_desc("MiB")
+            .draw()
+            .ok()?;
+        ceiling_line(&mut chart, -0.5, n - 0.5, ceiling)?;
+        let series = |f: fn(&oom_trial::StageMemory) -> u64| {
+            stages
+                .iter()
+                .enumerate()
+                .map(move |(i, s)| (i as f64, f(s) as f64 / MIB))
+                .collect::<Vec<_>>()
+        };
+        chart
+            .draw_series(LineSeries::new(
+                series(|s| s.in_use_bytes),
+                FIT.stroke_width(2),
+            ))
+            .ok()?
+            .label("in use");
+        chart
+            .draw_series(LineSeries::new(
+                series(|s| s.device_bytes),
+                BLUE.stroke_width(1),
+            ))
+            .ok()?
+            .label("device");
+    }
+    let data = stages
+        .iter()
+        .map(|s| (s.name.clone(), s.in_use_bytes as f64 / MIB, None))
+        .collect();
+    Some(Figure { svg, data })
+}
+
+/// The peak with each module item swapped alone, against the ceiling.
+fn modules_plot(d: &Diagnosis) -> Option<Figure> {
+    let rows: Vec<(String, Point)> = d
+        .module_costs
+        .iter()
+        .filter_map(|c| Some((c.label.clone(), mib(&c.measurement)?)))
+        .collect();
+    bars(
+        "peak with each module swapped for identity",
+        &rows,
+        Some(d.ceiling_bytes as f64 / MIB),
+        true,
+    )
+}
+
+/// The parts of the whole run's peak.
+fn breakdown_plot(cx: &Context<'_>) -> Option<Figure> {
+    let rows: Vec<(String, Point)> = cx
+        .breakdown()?
+        .iter()
+        .map(|p| (p.part.to_string(), (0.0, p.bytes as f64 / MIB, true)))
+        .collect();
+    bars("what the peak is made of", &rows, None, false)
+}
+
+/// Horizontal bars, one per row, labelled on the left; the ceiling as a dashed line.
+/// `outcomes`: the rows are trials, green when they fit, red when they ran out of memory.
+fn bars(
+    caption: &str,
+    rows: &[(String, Point)],
+    ceiling: Option<f64>,
+    outcomes: bool,
+) -> Option<Figure> {
+    if rows.is_empty() {
+        return None;
+    }
+    let n = rows.len() as f64;
+    let x_max = rows
+        .iter()
+        .map(|r| r.1 .1)
+        .fold(ceiling.unwrap_or(0.0), f64::max)
+        * 1.1;
+    let height = (80 + 26 * rows.len()) as u32;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (SIZE.0, height.max(200))).into_drawing_area();
+        root.fill(&WHITE).ok()?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(caption, ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(40)
+            .y_label_area_size(190)
+            .build_cartesian_2d(0.0..x_max, -0.5..n - 0.5)
+            .ok()?;
+        chart
+            .configure_mesh()
+            .y_labels(rows.len())
+            .y_label_formatter(&|y| {
+                let i = y.round();
+                match (i - y).abs() < 0.01 && i >= 0.0 {
+                    true => rows
+                        .get(i as usize)
+                        .map(|r| r.0.clone())
+                        .unwrap_or_default(),
+                    false => String::new(),
+                }
+            })
+            .x_desc("MiB")
+            .disable_y_mesh()
+            .draw()
+            .ok()?;
+        chart
+            .draw_series(rows.iter().enumerate().map(|(i, (_, (_, v, fits)))| {
+                let y = i as f64;
+                let color = if *fits { FIT } else { OOM };
+                Rectangle::new([(0.0, y - 0.35), (*v, y + 0.35)], color.filled())
+            }))
+            .ok()?;
+        if let Some(c) = ceiling {
+            chart
+                .draw_series(DashedLineSeries::new(
+                    [(c, -0.5), (c, n - 0.5)],
+                    6,
+                    4,
+                    BLACK.stroke_width(1),
+                ))
+                .ok()?;
+        }
+    }
+    let data = rows
+        .iter()
+        .map(|(l, (_, y, f))| (l.clone(), *y, outcomes.then_some(*f)))
+        .collect();
+    Some(Figure { svg, data })
+}

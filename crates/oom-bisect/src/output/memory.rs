@@ -1,0 +1,159 @@
+//! How much a configuration needs and what that memory is: the "needs X, has Y" line, the
+//! breakdown of a trial's peak into weights, optimizer state, batch, activations, allocator slack
+//! and context, and the memory an out-of-memory trial held when it failed.
+
+use deeplab::{Architecture, Config, Phase};
+use oom_trial::{fmt_bytes, BackendKind, TrialOutcome, TrialReport};
+use serde::Serialize;
+
+/// One part of a peak.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Part {
+    pub part: &'static str,
+    pub bytes: u64,
+    /// How the figure was obtained, in words.
+    pub how: String,
+}
+
+/// The peak of `r` (a built-in trial of `config` that ran to the end) split into its parts. The
+/// weights, optimizer state and batch are exact sizes; activations are the measured in-use peak
+/// less those; slack is the device peak less what was in use and the context. `None` when the
+/// trial has no peak to split.
+pub fn breakdown(r: &TrialReport, config: &Config) -> Option<Vec<Part>> {
+    let peak = r.peak_bytes?;
+    let arch = Architecture::new(config).ok()?;
+    let params = arch.params();
+    let res = arch.resident(config, params);
+    // The CPU's counting allocator has no cache and no context worth naming: its peak is in use.
+    let cuda = r.backend == Some(BackendKind::Cuda);
+    let context = if cuda {
+        r.context_bytes.unwrap_or(0)
+    } else {
+        0
+    };
+    let in_use = match cuda {
+        true => r
+            .peak_in_use_bytes
+            .unwrap_or(peak)
+            .min(peak - context.min(peak)),
+        false => peak,
+    };
+    let state = match config.train.phase {
+        Phase::Step => res.optimizer_state,
+        _ => 0,
+    };
+    let e = res.weights / params.max(1);
+    let mut parts = vec![
+        Part {
+            part: "weights",
+            bytes: res.weights,
+            how: format!("{} parameters × {e} bytes", super::count(params)),
+        },
+        Part {
+            part: "optimizer state",
+            bytes: state,
+            how: match state {
+                0 => "none: the run stops before the optimizer step".into(),
+                _ => format!("{}, from the first update on", res.optimizer_state_is),
+            },
+        },
+        Part {
+            part: "batch",
+            bytes: res.batch,
+            how: "images and labels".into(),
+        },
+        Part {
+            part: "activations",
+            bytes: in_use.saturating_sub(res.weights + state + res.batch),
+            how: "saved for backward, gradients so far, temporaries (the rest of the peak)".into(),
+        },
+    ];
+    if cuda {
+        parts.push(Part {
+            part: "allocator slack",
+            bytes: peak - context.min(peak) - in_use,
+            how: "held by the memory pools but not in use at the highest reading".into(),
+        });
+        parts.push(Part {
+            part: "CUDA context",
+            bytes: context,
+            how: "the driver's, before any tensor".into(),
+        });
+    }
+    Some(parts)
+}
+
+/// The breakdown as the report prints it, every part as a share of `peak`.
+pub fn breakdown_text(parts: &[Part], peak: u64) -> String {
+    let mut s = String::new();
+    for p in parts {
+        let share = 100.0 * p.bytes as f64 / peak.max(1) as f64;
+        s += &format!(
+            "  {:<16} {:>10} {share:>4.0}%  {}\n",
+            p.part,
+            fmt_bytes(p.bytes),
+            p.how
+        );
+    }
+    s
+}
+
+/// "needs 183.2 MiB, has 175.0 MiB (+4.7%)", from the run without the ceiling; or why the need is
+/// not known.
+pub fn need_text(need: &TrialReport, ceiling: u64) -> String {
+    match (need.outcome, need.peak_bytes) {
+        (TrialOutcome::Fits, Some(p)) => format!(
+            "needs {}, has {} ({:+.1}%)",
+            fmt_bytes(p),
+            fmt_bytes(ceiling),
+            100.0 * (p as f64 / ceiling.max(1) as f64 - 1.0)
+        ),
+        (TrialOutcome::Oom, _) => format!(
+            "needs more than the {} this machine could give it without a ceiling, has {}",
+            need.ceiling_bytes
+                .map(fmt_bytes)
+                .unwrap_or_else(|| "memory".into()),
+            fmt_bytes(ceiling)
+        ),
+        _ => format!(
+            "has {}; how much it needs could not be measured ({})",
+            fmt_bytes(ceiling),
+            need.error.as_deref().unwrap_or("no peak")
+        ),
+    }
+}
+
+/// What was in use when an out-of-memory trial failed: the framework's own figure where its
+/// message gives one (exact), else the last reading before the failure (a lower bound).
+pub fn in_use_at_oom(r: &TrialReport) -> Option<(u64, bool)> {
+    let oom = r.oom.as_ref()?;
+    match oom.in_use_bytes {
+        Some(b) => Some((b, true)),
+        None => r.stages.last().map(|s| (s.in_use_bytes, false)),
+    }
+}
+
+/// In use at an out-of-memory failure plus the request that failed, where known.
+pub fn failed_at(r: &TrialReport) -> Option<u64> {
+    let (in_use, _) = in_use_at_oom(r)?;
+    Some(in_use + r.oom.as_ref().and_then(|o| o.bytes).unwrap_or(0))
+}
+
+/// "171.0 MiB in use + 9.0 MiB" ("≥171.0 MiB in use" where only a reading before the failure is
+/// known), for the lines of trials that ran out of memory.
+pub fn oom_text(r: &TrialReport) -> String {
+    let Some((in_use, exact)) = in_use_at_oom(r) else {
+        return "OOM".into();
+    };
+    let asked = r
+        .oom
+        .as_ref()
+        .and_then(|o| o.bytes)
+        .map(|b| format!(" + {}", fmt_bytes(b)))
+        .unwrap_or_default();
+    format!(
+        "{}{} in use{asked}",
+        if exact { "" } else { "≥" },
+        fmt_bytes(in_use)
+    )
+}

@@ -285,6 +285,42 @@ fn every_phase_holds_the_same_memory_after_each_step() {
     );
 }
 
+/// Mixed precision is PyTorch's autocast: the weights and the optimizer state stay f32 (what a step
+/// leaves in use equals f32's), the activations are computed in f16 (the forward pass adds about
+/// half of f32's, plus the f16 copies of the weights); pure f16 halves everything.
+#[test]
+fn mixed_precision_keeps_f32_weights_and_halves_activations() {
+    let mut held = vec![];
+    let mut forward = vec![];
+    for p in ["f32", "mixed-f16", "f16"] {
+        let set = format!("train.precision=\"{p}\"");
+        let (o, r) = tiny_trial(
+            &format!("precision-{p}"),
+            &["--set", &set, "--set", "data.size=[256, 256]"],
+        );
+        assert_eq!(code(&o), 0, "{p}: {}", text(&o));
+        let after = r["steps"][0]["in_use_after_bytes"].as_u64().unwrap();
+        let loss = r["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == "loss")
+            .unwrap()["in_use_bytes"]
+            .as_u64()
+            .unwrap();
+        held.push(after as f64);
+        forward.push(loss.saturating_sub(after) as f64);
+    }
+    let (f32_, mixed, f16) = (0, 1, 2);
+    assert!(
+        (held[mixed] / held[f32_] - 1.0).abs() < 0.02,
+        "held {held:?}"
+    );
+    assert!((held[f16] / held[f32_] - 0.5).abs() < 0.05, "held {held:?}");
+    assert!(forward[mixed] < 0.7 * forward[f32_], "forward {forward:?}");
+    assert!(forward[f16] < 0.6 * forward[f32_], "forward {forward:?}");
+}
+
 #[test]
 fn each_memory_model_keeps_what_it_claims_and_bad_values_are_named() {
     const BURN: &str = "device.memory_model=\"burn\"";

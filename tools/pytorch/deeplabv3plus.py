@@ -2,7 +2,8 @@
 """The PyTorch reference for oom-bisect: the same torchvision-style DeepLabV3+ as the burn model
 (crates/deeplab), built from the same TOML config, trained for `train.steps` real steps on CUDA (or
 the CPU with `--device cpu`). Every key of configs/README.md is honoured: identity swaps and
-`truncate_after` with the same module and stage ids, precision as autocast (fp32 master weights),
+`truncate_after` with the same module and stage ids, precision (`mixed-*` as autocast with fp32
+master weights, `f16`/`bf16` as the whole model in that type),
 checkpointing as torch.utils.checkpoint.
 
 As the trial of `oom-bisect bisect --exec 'python3 tools/pytorch/deeplabv3plus.py {config}'` (the
@@ -338,6 +339,12 @@ def train(c, args):
     torch.manual_seed(0)
     model = DeepLabV3Plus(m).to(dev).train()
     model.fused_attention = args.fused_attention
+    # "mixed-*" is autocast (f32 master weights); "f16"/"bf16" are pure: the whole model, its
+    # gradients and optimizer state in the low precision, as the burn model's pure precisions.
+    amp = {"mixed-f16": torch.float16, "mixed-bf16": torch.bfloat16}.get(t["precision"])
+    pure = {"f16": torch.float16, "bf16": torch.bfloat16}.get(t["precision"])
+    if pure is not None:
+        model.to(pure)
     params = sum(p.numel() for p in model.parameters())
     if args.params:
         emit(params=params)
@@ -347,8 +354,7 @@ def train(c, args):
     opt = torch.optim.SGD(model.parameters(), lr=t["learning_rate"], momentum=t["momentum"],
                           weight_decay=t["weight_decay"]) if t["optimizer"] == "sgd" else \
         torch.optim.AdamW(model.parameters(), lr=t["learning_rate"], weight_decay=t["weight_decay"])
-    amp = {"f32": None, "f16": torch.float16, "bf16": torch.bfloat16}[t["precision"]]
-    x = torch.randn(b, 3, h, w, device=dev)
+    x = torch.randn(b, 3, h, w, device=dev, dtype=pure or torch.float32)
     y = torch.randint(0, m["classes"], (b, *size), device=dev)
     mark = Marks(args.marks, dev)
     cuda = dev == "cuda"

@@ -26,6 +26,42 @@ pub fn conv(
         .with_bias(false)
 }
 
+/// `c.forward(x)`, or under autocast (`x` in a lower precision than the f32 weights) the same
+/// convolution on a copy of the weights cast to `x`'s precision: PyTorch's autocast runs
+/// convolutions so, and backward keeps the cast copy, as PyTorch's does. Gradients reach the f32
+/// weights through the cast.
+pub fn run_conv<B: Backend>(c: &Conv2d<B>, x: Tensor<B, 4>) -> Tensor<B, 4> {
+    let dtype = x.dtype();
+    let weight = c.weight.val();
+    if weight.dtype() == dtype {
+        return c.forward(x);
+    }
+    // Every convolution here pads symmetrically (or not at all).
+    let pad = |p: &PaddingConfig2d| match p {
+        PaddingConfig2d::Explicit(top, left, _, _) => [*top, *left],
+        _ => [0, 0],
+    };
+    let options =
+        burn::tensor::ops::ConvOptions::new(c.stride, pad(&c.padding), c.dilation, c.groups);
+    burn::tensor::module::conv2d(
+        x,
+        weight.cast(dtype),
+        c.bias.as_ref().map(|b| b.val().cast(dtype)),
+        options,
+    )
+}
+
+/// `t` in `dtype`: itself when it already is (no cast node in the graph).
+pub fn in_dtype<B: Backend, const D: usize>(
+    t: Tensor<B, D>,
+    dtype: burn::tensor::DType,
+) -> Tensor<B, D> {
+    match t.dtype() == dtype {
+        true => t,
+        false => t.cast(dtype),
+    }
+}
+
 /// How BatchNorm (and the ReLU after it) is computed in training.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum NormKind {
@@ -87,11 +123,16 @@ pub struct Norm<B: Backend> {
 
 impl<B: PytorchOps> Norm<B> {
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
-        if !B::ad_enabled(&x.device()) {
-            return self.bn.forward(x);
+        let (low, weights) = (x.dtype(), self.bn.gamma.val().dtype());
+        if !B::ad_enabled(&x.device()) || self.kind == NormKind::Burn {
+            // burn-nn's module wants one precision: under autocast it runs in its weights' f32.
+            return match low == weights {
+                true => self.bn.forward(x),
+                false => self.bn.forward(x.cast(weights)).cast(low),
+            };
         }
         match self.kind {
-            NormKind::Burn => self.bn.forward(x),
+            NormKind::Burn => unreachable!("answered above"),
             NormKind::Lean => self.forward_lean(x),
             NormKind::Pytorch => self.forward_pytorch(x),
         }
@@ -105,10 +146,13 @@ impl<B: PytorchOps> Norm<B> {
     /// One backward node keeping the input and per-channel statistics (see [`crate::pytorch`]).
     fn forward_pytorch(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         let bn = &self.bn;
+        // Under autocast the f32 scale and shift meet the input in its precision (their gradients
+        // reach the f32 weights through the cast).
+        let dtype = x.dtype();
         let (y, mean, var) = B::batch_norm_train(
             prim(x),
-            prim(bn.gamma.val()),
-            prim(bn.beta.val()),
+            prim(in_dtype(bn.gamma.val(), dtype)),
+            prim(in_dtype(bn.beta.val(), dtype)),
             bn.epsilon,
         );
         self.update_running(float(mean), float(var));
@@ -122,6 +166,10 @@ impl<B: PytorchOps> Norm<B> {
         let device = mean.device();
         let running_mean = bn.running_mean.value_sync().to_device(&device);
         let running_var = bn.running_var.value_sync().to_device(&device);
+        let (mean, var) = (
+            in_dtype(mean, running_mean.dtype()),
+            in_dtype(var, running_var.dtype()),
+        );
         bn.running_mean.update(
             running_mean
                 .mul_scalar(1.0 - m)
@@ -154,8 +202,10 @@ impl<B: PytorchOps> Norm<B> {
         let centred = x - mean.clone();
         let var = per_channel(centred.clone().powi_scalar(2));
         self.update_running(mean.reshape([c]), var.clone().reshape([c]));
-        let scale = bn.gamma.val().reshape([1, c, 1, 1]) / (var + bn.epsilon).sqrt();
-        centred * scale + bn.beta.val().reshape([1, c, 1, 1])
+        let dtype = centred.dtype();
+        let scale =
+            in_dtype(bn.gamma.val(), dtype).reshape([1, c, 1, 1]) / (var + bn.epsilon).sqrt();
+        centred * scale + in_dtype(bn.beta.val(), dtype).reshape([1, c, 1, 1])
     }
 }
 
@@ -176,7 +226,7 @@ impl<B: PytorchOps> ConvBnRelu<B> {
     }
 
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
-        self.bn.relu(self.bn.forward(self.conv.forward(x)))
+        self.bn.relu(self.bn.forward(run_conv(&self.conv, x)))
     }
 }
 
@@ -230,7 +280,7 @@ pub struct Downsample<B: Backend> {
 
 impl<B: PytorchOps> Downsample<B> {
     fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
-        self.bn.forward(self.conv.forward(x))
+        self.bn.forward(run_conv(&self.conv, x))
     }
 }
 
@@ -316,8 +366,8 @@ impl<B: PytorchOps> Block<B> {
                     Some(d) => d.forward(x.clone()),
                     None => x.clone(),
                 };
-                let out = b.bn1.relu(b.bn1.forward(b.conv1.forward(x)));
-                let out = b.bn2.forward(b.conv2.forward(out));
+                let out = b.bn1.relu(b.bn1.forward(run_conv(&b.conv1, x)));
+                let out = b.bn2.forward(run_conv(&b.conv2, out));
                 b.bn2.relu(out + identity)
             }
             Block::Bottleneck(b) => {
@@ -325,9 +375,9 @@ impl<B: PytorchOps> Block<B> {
                     Some(d) => d.forward(x.clone()),
                     None => x.clone(),
                 };
-                let out = b.bn1.relu(b.bn1.forward(b.conv1.forward(x)));
-                let out = b.bn2.relu(b.bn2.forward(b.conv2.forward(out)));
-                let out = b.bn3.forward(b.conv3.forward(out));
+                let out = b.bn1.relu(b.bn1.forward(run_conv(&b.conv1, x)));
+                let out = b.bn2.relu(b.bn2.forward(run_conv(&b.conv2, out)));
+                let out = b.bn3.forward(run_conv(&b.conv3, out));
                 b.bn3.relu(out + identity)
             }
         }

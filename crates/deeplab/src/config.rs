@@ -152,12 +152,20 @@ pub enum LossResolution {
     Quarter,
 }
 
+/// The numbers a step computes with. `f16` and `bf16` are pure: weights, gradients, optimizer
+/// state and activations all in the low precision. `mixed-*` is PyTorch's autocast: f32 master
+/// weights, gradients and optimizer state, convolutions and matrix products in the low precision
+/// (on low-precision copies of the weights), BatchNorm statistics and the loss in f32.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Precision {
     F32,
     F16,
     Bf16,
+    #[serde(rename = "mixed-f16")]
+    MixedF16,
+    #[serde(rename = "mixed-bf16")]
+    MixedBf16,
 }
 
 impl Precision {
@@ -166,6 +174,33 @@ impl Precision {
             Precision::F32 => "f32",
             Precision::F16 => "f16",
             Precision::Bf16 => "bf16",
+            Precision::MixedF16 => "mixed-f16",
+            Precision::MixedBf16 => "mixed-bf16",
+        }
+    }
+
+    /// Bytes of a weight, its gradient and an optimizer state value.
+    pub fn weight_bytes(self) -> u64 {
+        match self {
+            Precision::F16 | Precision::Bf16 => 2,
+            _ => 4,
+        }
+    }
+
+    /// Bytes of an activation.
+    pub fn activation_bytes(self) -> u64 {
+        match self {
+            Precision::F32 => 4,
+            _ => 2,
+        }
+    }
+
+    /// Autocast: the low precision activations are computed in, with f32 weights.
+    pub fn autocast(self) -> Option<burn::tensor::DType> {
+        match self {
+            Precision::MixedF16 => Some(burn::tensor::DType::F16),
+            Precision::MixedBf16 => Some(burn::tensor::DType::BF16),
+            _ => None,
         }
     }
 }

@@ -14,7 +14,7 @@
 use crate::arch::ids::{self, block};
 use crate::arch::Architecture;
 use crate::blocks::BlockSpec;
-use crate::config::{BatchNormKind, Config, MemoryModel, Optimizer, Phase, Precision};
+use crate::config::{BatchNormKind, Config, MemoryModel, Optimizer, Phase};
 
 /// One layer: what it keeps for backward, what it outputs and what it learns, in elements.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,14 +68,6 @@ pub struct MemoryEstimate {
     pub between_steps: u64,
 }
 
-/// Bytes of one element at the configured precision.
-fn dtype_bytes(p: Precision) -> u64 {
-    match p {
-        Precision::F32 => 4,
-        Precision::F16 | Precision::Bf16 => 2,
-    }
-}
-
 impl Architecture {
     /// Trainable parameters of the model as built from this architecture (exact).
     pub fn params(&self) -> u64 {
@@ -98,7 +90,7 @@ impl Architecture {
 
     /// What one training step of `config` holds (see the module documentation).
     pub fn memory_estimate(&self, config: &Config) -> MemoryEstimate {
-        let e = dtype_bytes(config.train.precision);
+        let e = config.train.precision.activation_bytes();
         let all = layers(self);
         let run: Vec<Layer> = all.iter().filter(|l| self.runs(l.stage)).cloned().collect();
         let params: u64 = all.iter().map(|l| l.params).sum();
@@ -133,6 +125,8 @@ struct Fixed {
     weights: u64,
     state: u64,
     batch: u64,
+    /// Bytes of one weight (and of its gradient).
+    weight_bytes: u64,
 }
 
 impl Fixed {
@@ -146,6 +140,7 @@ impl Fixed {
                 _ => 0,
             },
             batch: r.batch,
+            weight_bytes: config.train.precision.weight_bytes(),
         }
     }
 }
@@ -164,7 +159,8 @@ pub struct Resident {
 impl Architecture {
     /// [`Resident`] of `config` built with `params` trainable parameters.
     pub fn resident(&self, config: &Config, params: u64) -> Resident {
-        let e = dtype_bytes(config.train.precision);
+        let e = config.train.precision.weight_bytes();
+        let a = config.train.precision.activation_bytes();
         let [h, w] = self.input;
         let pixels = (self.batch * h * w) as u64;
         let (states, optimizer_state_is) = match config.train.optimizer {
@@ -175,7 +171,7 @@ impl Architecture {
             weights: params * e,
             optimizer_state: states * params * e,
             // Images, and int32 labels.
-            batch: 3 * pixels * e + 4 * pixels,
+            batch: 3 * pixels * a + 4 * pixels,
             optimizer_state_is,
         }
     }
@@ -206,7 +202,7 @@ fn simulate_step(run: &[Layer], fixed: &Fixed, config: &Config, e: u64) -> Break
     for (i, l) in run.iter().enumerate().rev() {
         let input = if i == 0 { 0 } else { run[i - 1].output };
         let now = Breakdown {
-            gradients: e * grads,
+            gradients: fixed.weight_bytes * grads,
             activations: e * (kept + l.output + input),
             ..base
         };
@@ -217,7 +213,7 @@ fn simulate_step(run: &[Layer], fixed: &Fixed, config: &Config, e: u64) -> Break
         grads += l.params;
     }
     let update = Breakdown {
-        gradients: e * grads,
+        gradients: fixed.weight_bytes * grads,
         activations: e * run.iter().map(|l| l.params).max().unwrap_or(0),
         ..base
     };

@@ -5,7 +5,7 @@
 
 use crate::arch::ids::{self, block};
 use crate::arch::Architecture;
-use crate::blocks::{bn, conv, Block, Conv3x3, ConvBnRelu, Norm, NormKind};
+use crate::blocks::{bn, conv, in_dtype, run_conv, Block, Conv3x3, ConvBnRelu, Norm, NormKind};
 use crate::config::MemoryModel;
 use crate::pytorch::{dropout, PytorchOps};
 use burn::nn::attention::{MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
@@ -208,10 +208,14 @@ impl<B: PytorchOps> Attention<B> {
         let [b, c, h, w] = x.dims();
         // [B, C, H, W] -> [B, H·W, C]: every pixel is a token.
         let tokens = x.reshape([b, c, h * w]).swap_dims(1, 2);
+        // burn's attention module wants its weights' precision: under autocast it runs in f32
+        // (PyTorch's autocast would run its projections in the low precision, softmax in f32).
+        let (low, weights) = (tokens.dtype(), self.mha.query.weight.val().dtype());
         let attended = self
             .mha
-            .forward(MhaInput::self_attn(tokens.clone()))
+            .forward(MhaInput::self_attn(in_dtype(tokens.clone(), weights)))
             .context;
+        let attended = in_dtype(attended, low);
         (tokens + attended).swap_dims(1, 2).reshape([b, c, h, w])
     }
 }
@@ -273,8 +277,10 @@ pub struct AuxHead<B: Backend> {
 
 impl<B: PytorchOps> AuxHead<B> {
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
-        self.classifier
-            .forward(dropout(&self.dropout, self.conv.forward(x), self.memory))
+        run_conv(
+            &self.classifier,
+            dropout(&self.dropout, self.conv.forward(x), self.memory),
+        )
     }
 }
 
@@ -360,7 +366,7 @@ impl<B: PytorchOps> DeepLabV3Plus<B> {
         let bb = &self.backbone;
         let mut x = bb
             .maxpool
-            .forward(bb.bn1.relu(bb.bn1.forward(bb.conv1.forward(x))));
+            .forward(bb.bn1.relu(bb.bn1.forward(run_conv(&bb.conv1, x))));
         if done(ids::STEM, observe) {
             return Output::truncated(x, None);
         }
@@ -415,7 +421,7 @@ impl<B: PytorchOps> DeepLabV3Plus<B> {
             return Output::truncated(x, aux.map(|a| resize(a, [lh, lw])));
         }
         // Classifier: 1×1 conv to classes, then bilinear to the loss resolution.
-        let logits = resize(self.classifier.forward(x), [lh, lw]);
+        let logits = resize(run_conv(&self.classifier, x), [lh, lw]);
         done(ids::CLASSIFIER, observe);
         Output {
             head: Head::Logits(logits),

@@ -19,6 +19,15 @@ use burn::tensor::Distribution;
 /// Weight of the auxiliary loss, as in torchvision's segmentation reference.
 pub const AUX_WEIGHT: f32 = 0.5;
 
+/// The loss's input in f32 under autocast (PyTorch's autocast runs losses and softmax in f32);
+/// pure low precision stays as it is.
+fn loss_input<B: Backend>(x: Tensor<B, 4>, autocast: bool) -> Tensor<B, 4> {
+    match autocast {
+        true => x.cast(burn::tensor::DType::F32),
+        false => x,
+    }
+}
+
 /// Mean pixel-wise cross-entropy of logits `[B, K, H, W]` against labels `[B, H, W]`.
 pub fn cross_entropy<B: Backend>(logits: Tensor<B, 4>, labels: Tensor<B, 3, Int>) -> Tensor<B, 1> {
     let [b, _, h, w] = logits.dims();
@@ -76,6 +85,8 @@ pub struct Trainer<B: AutodiffBackend + PytorchOps> {
     labels: Tensor<B, 3, Int>,
     phase: Phase,
     lr: f64,
+    /// Mixed precision: f32 weights, activations in a lower precision, the loss in f32.
+    autocast: bool,
 }
 
 impl<B: AutodiffBackend + PytorchOps> Trainer<B> {
@@ -115,7 +126,13 @@ impl<B: AutodiffBackend + PytorchOps> Trainer<B> {
                     .init(),
             ),
         };
-        let images = Tensor::random([b, 3, h, w], Distribution::Normal(0.0, 1.0), device);
+        let images: Tensor<B, 4> =
+            Tensor::random([b, 3, h, w], Distribution::Normal(0.0, 1.0), device);
+        // Under autocast the batch enters in the low precision, so that every layer computes in it.
+        let images = match t.precision.autocast() {
+            Some(low) => images.cast(low),
+            None => images,
+        };
         let labels = Tensor::<B, 3, Int>::random(
             [b, h, w],
             Distribution::Uniform(0.0, config.model.classes as f64),
@@ -128,6 +145,7 @@ impl<B: AutodiffBackend + PytorchOps> Trainer<B> {
             labels,
             phase: t.phase,
             lr: t.learning_rate,
+            autocast: t.precision.autocast().is_some(),
         })
     }
 
@@ -142,16 +160,23 @@ impl<B: AutodiffBackend + PytorchOps> Trainer<B> {
         let mut loss = match out.head {
             Head::Logits(logits) => {
                 let [_, _, h, w] = logits.dims();
-                cross_entropy(logits, labels_at(self.labels.clone(), [h, w]))
+                cross_entropy(
+                    loss_input(logits, self.autocast),
+                    labels_at(self.labels.clone(), [h, w]),
+                )
             }
             // A truncated model has no logits: the loss is the mean square of the stage's output,
             // which makes backward run through exactly the stages that ran.
-            Head::Truncated(x) => x.powi_scalar(2).mean(),
+            Head::Truncated(x) => loss_input(x, self.autocast).powi_scalar(2).mean(),
         };
         if let Some(aux) = out.aux {
             let [_, _, h, w] = aux.dims();
             loss = loss
-                + cross_entropy(aux, labels_at(self.labels.clone(), [h, w])).mul_scalar(AUX_WEIGHT);
+                + cross_entropy(
+                    loss_input(aux, self.autocast),
+                    labels_at(self.labels.clone(), [h, w]),
+                )
+                .mul_scalar(AUX_WEIGHT);
         }
         at(Point::Loss);
         match self.phase {

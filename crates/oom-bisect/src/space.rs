@@ -177,7 +177,16 @@ fn fixes(config: &Config) -> Vec<Fix> {
     // In order of how little each changes the training: the numbers' precision, then recomputation,
     // then the model's resolution, the loss, the model itself; the diagnosis ranks them so.
     if config.train.precision == Precision::F32 {
-        // Pure low precision: weights, gradients and optimizer state too, not autocast's mixed one.
+        // Mixed precision as PyTorch's autocast (f32 master weights) first: what users mean by
+        // "AMP"; then pure low precision, weights, gradients and optimizer state too.
+        add(
+            "mixed precision bf16",
+            &[("train.precision", "\"mixed-bf16\"")],
+        );
+        add(
+            "mixed precision f16",
+            &[("train.precision", "\"mixed-f16\"")],
+        );
         add("pure bf16", &[("train.precision", "\"bf16\"")]);
         add("pure f16", &[("train.precision", "\"f16\"")]);
     }

@@ -339,10 +339,12 @@ fn train<B: AutodiffBackend + deeplab::pytorch::PytorchOps>(
     meter: &mut Meter,
     req: &Request,
 ) -> Result<()> {
+    // Pure low precision: every float in it. Autocast keeps f32 as the default (the weights) and
+    // the model casts where PyTorch's autocast would.
     let dtype = match config.train.precision {
-        Precision::F32 => None,
         Precision::F16 => Some(DType::F16),
         Precision::Bf16 => Some(DType::BF16),
+        Precision::F32 | Precision::MixedF16 | Precision::MixedBf16 => None,
     };
     if let Some(dtype) = dtype {
         burn::tensor::set_default_dtypes::<B>(device, dtype, DType::I32).map_err(|e| {

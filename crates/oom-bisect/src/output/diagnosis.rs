@@ -148,8 +148,10 @@ fn suspects(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
                 a.axis, last_fit.label, first_oom.label
             )),
             AxisVerdict::NotTheCause { lowest, .. } => ruled_out.push(format!(
-                "{} ({} still runs out of memory)",
-                a.axis, lowest.label
+                "{} ({} {} still runs out of memory)",
+                suspect(&a.axis),
+                a.axis,
+                lowest.label
             )),
             _ => {}
         }
@@ -185,6 +187,18 @@ fn suspects(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
         ));
     }
     out
+}
+
+/// The suspect of the thread an axis tests, in its words.
+fn suspect(axis: &str) -> &str {
+    match axis {
+        "batch" => "the batch size",
+        "size" => "the input size",
+        "stride" => "the output stride",
+        "depth" => "a specific layer",
+        "phase" => "backward and the optimizer state",
+        other => other,
+    }
 }
 
 /// The thread's suspects this configuration does not have.

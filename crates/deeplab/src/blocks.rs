@@ -146,13 +146,12 @@ impl<B: PytorchOps> Norm<B> {
     /// One backward node keeping the input and per-channel statistics (see [`crate::pytorch`]).
     fn forward_pytorch(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         let bn = &self.bn;
-        // Under autocast the f32 scale and shift meet the input in its precision (their gradients
-        // reach the f32 weights through the cast).
-        let dtype = x.dtype();
+        // Under autocast `x` is in the low precision and the weights in f32: the op computes in
+        // f32 and returns `y` in `x`'s precision.
         let (y, mean, var) = B::batch_norm_train(
             prim(x),
-            prim(in_dtype(bn.gamma.val(), dtype)),
-            prim(in_dtype(bn.beta.val(), dtype)),
+            prim(bn.gamma.val()),
+            prim(bn.beta.val()),
             bn.epsilon,
         );
         self.update_running(float(mean), float(var));

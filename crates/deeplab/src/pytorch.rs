@@ -125,18 +125,31 @@ struct Norm<B: Backend> {
 
 /// Written so that at most one input-sized temporary lives beside the input and the output (the
 /// squared deviations while they are summed), as PyTorch's fused kernel holds none.
+/// `x` in `dtype`, itself when it already is.
+fn as_dtype<B: Backend, const D: usize>(x: Tensor<B, D>, dtype: burn::tensor::DType) -> Tensor<B, D> {
+    match x.dtype() == dtype {
+        true => x,
+        false => x.cast(dtype),
+    }
+}
+
+/// Under autocast (`x` in a lower precision than `gamma`) the statistics and the normalisation are
+/// computed in `gamma`'s f32 from a transient copy of `x`, as cuDNN's BatchNorm computes internally,
+/// and `y` returns in `x`'s precision; backward keeps `x` itself.
 fn norm_forward<B: Backend>(
     x: Tensor<B, 4>,
     gamma: Tensor<B, 1>,
     beta: Tensor<B, 1>,
     epsilon: f64,
 ) -> Norm<B> {
+    let low = x.dtype();
+    let x = as_dtype(x, gamma.dtype());
     let mean = channel_mean(x.clone());
     let var = channel_mean((x.clone() - per_channel(mean.clone())).powi_scalar(2));
     let invstd = var.clone().add_scalar(epsilon).sqrt().recip();
     let scale = invstd.clone() * gamma;
     let shift = beta - mean.clone() * scale.clone();
-    let y = x * per_channel(scale) + per_channel(shift);
+    let y = as_dtype(x * per_channel(scale) + per_channel(shift), low);
     Norm {
         y,
         mean,
@@ -156,6 +169,9 @@ fn norm_backward<B: Backend>(
     dy: Tensor<B, 4>,
 ) -> (Tensor<B, 4>, Tensor<B, 1>, Tensor<B, 1>) {
     let [mean, invstd, gamma] = stats;
+    // Under autocast, in the statistics' f32 (see `norm_forward`); dx in the input's precision.
+    let low = x.dtype();
+    let (x, dy) = (as_dtype(x, gamma.dtype()), as_dtype(dy, gamma.dtype()));
     let [n, _, h, w] = x.dims();
     let count = (n * h * w) as f64;
     // Per-channel means of dy and dy·(x − μ): dβ and dγ divided by the pixel count.
@@ -167,7 +183,7 @@ fn norm_backward<B: Backend>(
     // (the ASPP's image pooling sees 4 values per channel at batch 4).
     let b = -(a.clone() * (invstd * dyx_mean.clone()));
     let c = -(a.clone() * dy_mean.clone()) - b.clone() * mean;
-    let dx = dy * per_channel(a) + x * per_channel(b) + per_channel(c);
+    let dx = as_dtype(dy * per_channel(a) + x * per_channel(b) + per_channel(c), low);
     let (dgamma, dbeta) = (dyx_mean.mul_scalar(count), dy_mean.mul_scalar(count));
     (dx, dgamma, dbeta)
 }

@@ -7,7 +7,7 @@ use burn::prelude::*;
 use std::cell::Cell;
 
 use crate::config::{BatchNormKind, MemoryModel};
-use crate::pytorch::{float, prim, PytorchOps};
+use crate::pytorch::{as_dtype, float, prim, PytorchOps};
 
 /// A bias-free convolution, as every convolution followed by BatchNorm in torchvision.
 pub fn conv(
@@ -49,17 +49,6 @@ pub fn run_conv<B: Backend>(c: &Conv2d<B>, x: Tensor<B, 4>) -> Tensor<B, 4> {
         c.bias.as_ref().map(|b| b.val().cast(dtype)),
         options,
     )
-}
-
-/// `t` in `dtype`: itself when it already is (no cast node in the graph).
-pub fn in_dtype<B: Backend, const D: usize>(
-    t: Tensor<B, D>,
-    dtype: burn::tensor::DType,
-) -> Tensor<B, D> {
-    match t.dtype() == dtype {
-        true => t,
-        false => t.cast(dtype),
-    }
 }
 
 /// How BatchNorm (and the ReLU after it) is computed in training.
@@ -166,8 +155,8 @@ impl<B: PytorchOps> Norm<B> {
         let running_mean = bn.running_mean.value_sync().to_device(&device);
         let running_var = bn.running_var.value_sync().to_device(&device);
         let (mean, var) = (
-            in_dtype(mean, running_mean.dtype()),
-            in_dtype(var, running_var.dtype()),
+            as_dtype(mean, running_mean.dtype()),
+            as_dtype(var, running_var.dtype()),
         );
         bn.running_mean.update(
             running_mean
@@ -203,8 +192,8 @@ impl<B: PytorchOps> Norm<B> {
         self.update_running(mean.reshape([c]), var.clone().reshape([c]));
         let dtype = centred.dtype();
         let scale =
-            in_dtype(bn.gamma.val(), dtype).reshape([1, c, 1, 1]) / (var + bn.epsilon).sqrt();
-        centred * scale + in_dtype(bn.beta.val(), dtype).reshape([1, c, 1, 1])
+            as_dtype(bn.gamma.val(), dtype).reshape([1, c, 1, 1]) / (var + bn.epsilon).sqrt();
+        centred * scale + as_dtype(bn.beta.val(), dtype).reshape([1, c, 1, 1])
     }
 }
 

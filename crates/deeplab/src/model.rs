@@ -5,9 +5,9 @@
 
 use crate::arch::ids::{self, block};
 use crate::arch::Architecture;
-use crate::blocks::{bn, conv, in_dtype, run_conv, Block, Conv3x3, ConvBnRelu, Norm, NormKind};
+use crate::blocks::{bn, conv, run_conv, Block, Conv3x3, ConvBnRelu, Norm, NormKind};
 use crate::config::MemoryModel;
-use crate::pytorch::{dropout, PytorchOps};
+use crate::pytorch::{as_dtype, dropout, PytorchOps};
 use burn::nn::attention::{MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
@@ -213,9 +213,9 @@ impl<B: PytorchOps> Attention<B> {
         let (low, weights) = (tokens.dtype(), self.mha.query.weight.val().dtype());
         let attended = self
             .mha
-            .forward(MhaInput::self_attn(in_dtype(tokens.clone(), weights)))
+            .forward(MhaInput::self_attn(as_dtype(tokens.clone(), weights)))
             .context;
-        let attended = in_dtype(attended, low);
+        let attended = as_dtype(attended, low);
         (tokens + attended).swap_dims(1, 2).reshape([b, c, h, w])
     }
 }

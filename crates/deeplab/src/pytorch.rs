@@ -123,16 +123,20 @@ struct Norm<B: Backend> {
     invstd: Tensor<B, 1>,
 }
 
-/// Written so that at most one input-sized temporary lives beside the input and the output (the
-/// squared deviations while they are summed), as PyTorch's fused kernel holds none.
-/// `x` in `dtype`, itself when it already is.
-fn as_dtype<B: Backend, const D: usize>(x: Tensor<B, D>, dtype: burn::tensor::DType) -> Tensor<B, D> {
+/// `x` in `dtype`: itself when it already is (no cast node in the graph).
+pub(crate) fn as_dtype<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    dtype: burn::tensor::DType,
+) -> Tensor<B, D> {
     match x.dtype() == dtype {
         true => x,
         false => x.cast(dtype),
     }
 }
 
+/// Written so that at most one input-sized temporary lives beside the input and the output (the
+/// squared deviations while they are summed), as PyTorch's fused kernel holds none.
+///
 /// Under autocast (`x` in a lower precision than `gamma`) the statistics and the normalisation are
 /// computed in `gamma`'s f32 from a transient copy of `x`, as cuDNN's BatchNorm computes internally,
 /// and `y` returns in `x`'s precision; backward keeps `x` itself.
@@ -183,7 +187,10 @@ fn norm_backward<B: Backend>(
     // (the ASPP's image pooling sees 4 values per channel at batch 4).
     let b = -(a.clone() * (invstd * dyx_mean.clone()));
     let c = -(a.clone() * dy_mean.clone()) - b.clone() * mean;
-    let dx = as_dtype(dy * per_channel(a) + x * per_channel(b) + per_channel(c), low);
+    let dx = as_dtype(
+        dy * per_channel(a) + x * per_channel(b) + per_channel(c),
+        low,
+    );
     let (dgamma, dbeta) = (dyx_mean.mul_scalar(count), dy_mean.mul_scalar(count));
     (dx, dgamma, dbeta)
 }

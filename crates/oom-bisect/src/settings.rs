@@ -109,10 +109,13 @@ impl DeviceSettings {
     /// The ceiling of a trial that measures what a configuration needs: the whole card on CUDA; on
     /// the CPU nine tenths of the memory now available, so that the measurement cannot push the
     /// host into swap or its OOM killer.
+    /// The estimate (`--fake-trials`) allocates nothing, so no machine's memory limits it: its
+    /// answer must not depend on what the host has free.
     pub fn unbounded_ceiling(&self) -> Ceiling {
-        match self.backend {
-            BackendKind::Cuda => Ceiling::None,
-            BackendKind::Cpu => Ceiling::Bytes(oom_trial::host_available() / 10 * 9),
+        match (&self.engine, self.backend) {
+            (Engine::Estimate, _) => Ceiling::Bytes(u64::MAX / 4),
+            (_, BackendKind::Cuda) => Ceiling::None,
+            (_, BackendKind::Cpu) => Ceiling::Bytes(oom_trial::host_available() / 10 * 9),
         }
     }
 

@@ -112,18 +112,15 @@ pub struct Norm<B: Backend> {
 
 impl<B: PytorchOps> Norm<B> {
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
-        let (low, weights) = (x.dtype(), self.bn.gamma.val().dtype());
-        if !B::ad_enabled(&x.device()) || self.kind == NormKind::Burn {
-            // burn-nn's module wants one precision: under autocast it runs in its weights' f32.
-            return match low == weights {
-                true => self.bn.forward(x),
-                false => self.bn.forward(x.cast(weights)).cast(low),
-            };
-        }
-        match self.kind {
-            NormKind::Burn => unreachable!("answered above"),
-            NormKind::Lean => self.forward_lean(x),
-            NormKind::Pytorch => self.forward_pytorch(x),
+        match (B::ad_enabled(&x.device()), self.kind) {
+            (true, NormKind::Lean) => self.forward_lean(x),
+            (true, NormKind::Pytorch) => self.forward_pytorch(x),
+            // burn-nn's module (inference, or trained as burn computes it) wants one precision:
+            // under autocast it runs in its weights' f32.
+            _ => {
+                let (low, weights) = (x.dtype(), self.bn.gamma.val().dtype());
+                as_dtype(self.bn.forward(as_dtype(x, weights)), low)
+            }
         }
     }
 

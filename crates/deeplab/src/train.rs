@@ -4,7 +4,7 @@
 
 use crate::arch::Architecture;
 use crate::config::{Config, Optimizer, Phase};
-use crate::model::{DeepLabV3Plus, Head};
+use crate::model::{DeepLabV3Plus, Head, Output};
 use crate::pytorch::PytorchOps;
 use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
@@ -153,31 +153,30 @@ impl<B: AutodiffBackend + PytorchOps> Trainer<B> {
         self.model.as_ref().expect("model present between steps")
     }
 
+    /// The training loss of one forward pass: cross-entropy of the logits (plus the weighted
+    /// auxiliary loss), or for a truncated model the mean square of the stage's output, which
+    /// makes backward run through exactly the stages that ran.
+    fn loss(&self, out: Output<B>) -> Tensor<B, 1> {
+        let ce = |logits: Tensor<B, 4>| {
+            let [_, _, h, w] = logits.dims();
+            let labels = labels_at(self.labels.clone(), [h, w]);
+            cross_entropy(loss_input(logits, self.autocast), labels)
+        };
+        let loss = match out.head {
+            Head::Logits(logits) => ce(logits),
+            Head::Truncated(x) => loss_input(x, self.autocast).powi_scalar(2).mean(),
+        };
+        match out.aux {
+            Some(aux) => loss + ce(aux).mul_scalar(AUX_WEIGHT),
+            None => loss,
+        }
+    }
+
     /// One training step, cut short by the phase. `at` is called at every measuring point.
     pub fn step(&mut self, at: &mut dyn FnMut(Point<'_>)) -> StepResult {
         let model = self.model.take().expect("model present between steps");
         let out = model.forward(self.images.clone(), &mut |id| at(Point::Stage(id)));
-        let mut loss = match out.head {
-            Head::Logits(logits) => {
-                let [_, _, h, w] = logits.dims();
-                cross_entropy(
-                    loss_input(logits, self.autocast),
-                    labels_at(self.labels.clone(), [h, w]),
-                )
-            }
-            // A truncated model has no logits: the loss is the mean square of the stage's output,
-            // which makes backward run through exactly the stages that ran.
-            Head::Truncated(x) => loss_input(x, self.autocast).powi_scalar(2).mean(),
-        };
-        if let Some(aux) = out.aux {
-            let [_, _, h, w] = aux.dims();
-            loss = loss
-                + cross_entropy(
-                    loss_input(aux, self.autocast),
-                    labels_at(self.labels.clone(), [h, w]),
-                )
-                .mul_scalar(AUX_WEIGHT);
-        }
+        let loss = self.loss(out);
         at(Point::Loss);
         match self.phase {
             Phase::Forward => {

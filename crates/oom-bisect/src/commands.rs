@@ -226,7 +226,7 @@ fn report_run(args: &BisectArgs, run: &BisectRun) -> Result<i32> {
         memory_model: w.config.device.memory_model(),
         steps: w.config.steps(),
         reports: &run.reports,
-        config: Some(&w.config),
+        config: &w.config,
         minimal_path: minimal.as_ref().map(|m| m.path.display().to_string()),
         minimal_config: minimal.as_ref().map(|m| m.config.clone()),
         reproduce: Some(reproduce),

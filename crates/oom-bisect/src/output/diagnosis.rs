@@ -68,21 +68,19 @@ fn where_it_fails(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
     }
     if let Some(parts) = cx.breakdown() {
         let total: u64 = parts.iter().map(|p| p.bytes).sum::<u64>().max(1);
-        let fixed: u64 = parts
-            .iter()
-            .filter(|p| matches!(p.part, "weights" | "optimizer state"))
-            .map(|p| p.bytes)
-            .sum();
+        let (fixed, rest): (Vec<_>, Vec<_>) = parts.iter().partition(|p| p.fixed);
+        let names = |ps: &[&super::memory::Part]| {
+            let named: Vec<&str> = ps.iter().filter(|p| p.bytes > 0).map(|p| p.part).collect();
+            named.join(", ")
+        };
+        let fixed_bytes: u64 = fixed.iter().map(|p| p.bytes).sum();
         out.push(format!(
-            "{:.0}% of its peak is weights and optimizer state ({}), which no change of batch or \
-             input size reduces; the rest is activations{}.",
-            100.0 * fixed as f64 / total as f64,
-            fmt_bytes(fixed),
-            if parts.iter().any(|p| p.part == "allocator slack") {
-                ", allocator slack and the CUDA context"
-            } else {
-                ""
-            }
+            "{:.0}% of its peak ({}: {}) is fixed by the model and optimizer, which no change of \
+             batch or input size reduces; the rest is {}.",
+            100.0 * fixed_bytes as f64 / total as f64,
+            names(&fixed),
+            fmt_bytes(fixed_bytes),
+            names(&rest)
         ));
     }
     out
@@ -179,7 +177,7 @@ fn suspects(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
     if !ruled_out.is_empty() {
         out.push(format!("Ruled out: {}.", ruled_out.join("; ")));
     }
-    let absent = cx.config.map(not_configured).unwrap_or_default();
+    let absent = not_configured(cx.config);
     if !absent.is_empty() {
         out.push(format!(
             "Suspects of the thread that do not apply here: {}.",

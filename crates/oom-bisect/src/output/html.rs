@@ -5,7 +5,7 @@
 //! their text is left to the browser's fonts.
 
 use super::report::Context;
-use oom_search::{Candidate, Diagnosis, Measurement, Outcome};
+use oom_search::{Diagnosis, Measurement, Outcome};
 use oom_trial::fmt_bytes;
 use plotters::prelude::*;
 
@@ -209,8 +209,8 @@ fn draw_points(chart: &mut Chart<'_, '_>, pts: &[Point]) -> Option<()> {
 /// ceiling when it ran out of memory under it), against the ceiling.
 fn stages_plot(cx: &Context<'_>, ceiling: u64) -> Option<Figure> {
     let r = cx
-        .report(&Candidate::original().without_ceiling())
-        .filter(|r| !r.stages.is_empty())
+        .whole_run()
+        .map(|(r, _)| r)
         .or_else(|| cx.original_report())?;
     let last_step = r.stages.iter().map(|s| s.step).max()?;
     let stages: Vec<_> = r.stages.iter().filter(|s| s.step == last_step).collect();

@@ -13,6 +13,8 @@ pub struct Part {
     pub bytes: u64,
     /// How the figure was obtained, in words.
     pub how: String,
+    /// Fixed by the model and optimizer: no change of batch or input size reduces it.
+    pub fixed: bool,
 }
 
 /// The peak of `r` (a built-in trial of `config` that ran to the end) split into its parts. The
@@ -48,6 +50,7 @@ pub fn breakdown(r: &TrialReport, config: &Config) -> Option<Vec<Part>> {
             part: "weights",
             bytes: res.weights,
             how: format!("{} parameters × {e} bytes", super::count(params)),
+            fixed: true,
         },
         Part {
             part: "optimizer state",
@@ -56,16 +59,19 @@ pub fn breakdown(r: &TrialReport, config: &Config) -> Option<Vec<Part>> {
                 0 => "none: the run stops before the optimizer step".into(),
                 _ => format!("{}, from the first update on", res.optimizer_state_is),
             },
+            fixed: true,
         },
         Part {
             part: "batch",
             bytes: res.batch,
             how: "images and labels".into(),
+            fixed: false,
         },
         Part {
             part: "activations",
             bytes: in_use.saturating_sub(res.weights + state + res.batch),
             how: "saved for backward, gradients so far, temporaries (the rest of the peak)".into(),
+            fixed: false,
         },
     ];
     if cuda {
@@ -73,11 +79,13 @@ pub fn breakdown(r: &TrialReport, config: &Config) -> Option<Vec<Part>> {
             part: "allocator slack",
             bytes: peak - context.min(peak) - in_use,
             how: "held by the memory pools but not in use at the highest reading".into(),
+            fixed: false,
         });
         parts.push(Part {
             part: "CUDA context",
             bytes: context,
             how: "the driver's, before any tensor".into(),
+            fixed: true,
         });
     }
     Some(parts)

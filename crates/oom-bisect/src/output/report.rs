@@ -21,7 +21,7 @@ pub struct Context<'a> {
     /// Every trial's report, by candidate and attempt (the details behind the measurements).
     pub reports: &'a HashMap<(Candidate, u32), TrialReport>,
     /// The configuration diagnosed (under `--exec`, what the user's command was given).
-    pub config: Option<&'a deeplab::Config>,
+    pub config: &'a deeplab::Config,
     pub minimal_path: Option<String>,
     pub minimal_config: Option<toml::Table>,
     pub reproduce: Option<String>,
@@ -50,12 +50,27 @@ impl Context<'_> {
     /// What the peak of the whole run is made of (built-in model only: under `--exec` the model is
     /// the user's, whose parameters we do not know).
     pub fn breakdown(&self) -> Option<Vec<memory::Part>> {
-        let config = self.config.filter(|_| self.exec.is_none())?;
-        memory::breakdown(whole_run(self)?.0, config)
+        if self.exec.is_some() {
+            return None;
+        }
+        memory::breakdown(self.whole_run()?.0, self.config)
     }
 
     fn need_report(&self) -> Option<&TrialReport> {
         self.report(&Candidate::original().without_ceiling())
+    }
+
+    /// The run whose memory the breakdown splits: the original without the ceiling when it ran
+    /// out of memory under it, else the original itself (when it fits).
+    pub fn whole_run(&self) -> Option<(&TrialReport, &'static str)> {
+        let fits = |r: &&TrialReport| r.outcome == oom_trial::TrialOutcome::Fits;
+        match self.need_report().filter(fits) {
+            Some(r) => Some((r, "the original without the ceiling")),
+            None => self
+                .original_report()
+                .filter(fits)
+                .map(|r| (r, "the original")),
+        }
     }
 }
 
@@ -113,7 +128,7 @@ pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
     let mut s = header(d, cx);
     s += &verdict(d, cx);
     s += &super::diagnosis::text(d, cx);
-    s += &where_the_memory_is(d, cx);
+    s += &where_the_memory_is(cx);
     s += &boundaries(d, cx);
     s += &modules(d);
     s += &fixes(d);
@@ -188,22 +203,9 @@ fn verdict(d: &Diagnosis, cx: &Context<'_>) -> String {
     }
 }
 
-/// The run whose memory the breakdown splits: the original without the ceiling when it ran out of
-/// memory under it, else the original itself.
-fn whole_run<'a>(cx: &'a Context<'_>) -> Option<(&'a TrialReport, &'static str)> {
-    let fits = |r: &&TrialReport| r.outcome == oom_trial::TrialOutcome::Fits;
-    match cx.need_report().filter(fits) {
-        Some(r) => Some((r, "the original without the ceiling")),
-        None => cx
-            .original_report()
-            .filter(fits)
-            .map(|r| (r, "the original")),
-    }
-}
-
 /// What the peak of a whole run is made of.
-fn where_the_memory_is(_d: &Diagnosis, cx: &Context<'_>) -> String {
-    let (Some((r, which)), Some(parts)) = (whole_run(cx), cx.breakdown()) else {
+fn where_the_memory_is(cx: &Context<'_>) -> String {
+    let (Some((r, which)), Some(parts)) = (cx.whole_run(), cx.breakdown()) else {
         return String::new();
     };
     let peak = r.peak_bytes.unwrap_or(0);

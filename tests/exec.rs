@@ -177,7 +177,7 @@ fn the_command_gets_the_config_the_ceiling_and_every_override() {
     assert_eq!(code(&o), 125, "{}", text(&o));
     assert!(text(&o).contains("exited with code 7"), "{}", text(&o));
     let o = run_exec(&d, &args, " ", &[]);
-    assert_eq!(code(&o), 2, "{}", text(&o));
+    assert_eq!(code(&o), 202, "{}", text(&o));
     assert!(text(&o).contains("--exec"), "{}", text(&o));
 }
 

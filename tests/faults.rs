@@ -6,7 +6,9 @@
 mod common;
 
 use common::*;
-use std::process::{Command, Stdio};
+use serde_json::Value;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 #[test]
@@ -288,7 +290,13 @@ fn hostile_configs_get_a_clear_message_and_never_a_panic() {
             let o = run(&[cmd, &["--config", cfg.to_str().unwrap()]].concat(), &d);
             let cmd = cmd[0];
             let t = text(&o);
-            assert_eq!(code(&o), *want, "{cmd} case {i}: {t}");
+            // `trial` speaks `git bisect run`: an invalid config skips, a bad ceiling stops.
+            let want = match (cmd, *want) {
+                ("trial", 11) => 125,
+                ("trial", w) => 200 + w,
+                (_, w) => w,
+            };
+            assert_eq!(code(&o), want, "{cmd} case {i}: {t}");
             for s in says {
                 assert!(t.contains(s), "{cmd} case {i}: {s:?} missing from: {t}");
             }
@@ -320,10 +328,624 @@ fn hostile_configs_get_a_clear_message_and_never_a_panic() {
         "-5GiB",
     ];
     let o = run(&args, &d);
-    assert_eq!(code(&o), 13, "{}", text(&o));
+    assert_eq!(code(&o), 213, "{}", text(&o));
     assert!(text(&o).contains("--memory-limit"), "{}", text(&o));
     // The list of cards needs no config.
     let o = run(&["bisect", "--gpu", "help"], &d);
     assert_eq!(code(&o), 0, "{}", text(&o));
     assert!(text(&o).contains("rtx3090"), "{}", text(&o));
+}
+
+// ---- Issue 26: a failure is an OOM only when it is one; files, outputs and bounds. ----
+
+/// `trial --exec COMMAND` of the tiny config on the CPU under 200 MiB, with `extra` flags and
+/// environment: its output and JSON report.
+fn exec_trial(name: &str, command: &str, extra: &[&str], env: &[(&str, &str)]) -> (Output, Value) {
+    let d = tmp(name);
+    let cfg = write(&d, "c.toml", TINY);
+    let j = d.join("r.json");
+    let o = Command::new(BIN)
+        .args([
+            "trial",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--backend",
+            "cpu",
+        ])
+        .args(["--memory-limit", "200MiB", "--json", j.to_str().unwrap()])
+        .args(extra)
+        .args(["--exec", command])
+        .current_dir(&d)
+        .env("OOM_BISECT_KERNEL_CACHE", "")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (o, json_if_written(&j))
+}
+
+#[test]
+fn an_oom_phrase_in_the_log_is_not_the_failure() {
+    let log = "echo 'health check: no CUDA out of memory errors so far'";
+    let (o, r) = exec_trial(
+        "oomlog",
+        &format!("{log}; echo \"KeyError: 'labels'\" >&2; exit 1"),
+        &[],
+        &[],
+    );
+    assert_eq!(
+        (code(&o), r["outcome"].as_str()),
+        (125, Some("error")),
+        "{}",
+        text(&o)
+    );
+    assert!(r["error"].as_str().unwrap().contains("KeyError"), "{r}");
+    // A recovered out-of-memory, then a crash.
+    let oom = "echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.'";
+    let (o, r) = exec_trial(
+        "oomrecovered",
+        &format!("{oom}; echo 'ValueError: bad' >&2; exit 1"),
+        &[],
+        &[],
+    );
+    assert_eq!(
+        (code(&o), r["outcome"].as_str()),
+        (125, Some("error")),
+        "{}",
+        text(&o)
+    );
+    // The same out-of-memory as the last words is one.
+    let (o, r) = exec_trial("oomlast", &format!("{log}; {oom} >&2; exit 1"), &[], &[]);
+    assert_eq!(
+        (code(&o), r["outcome"].as_str()),
+        (3, Some("oom")),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(r["oom"]["bytes"], 2147483648u64);
+    // A bisect over a command that fails otherwise above batch 4, logging that line: no boundary
+    // is made up; the original (batch 8) cannot be measured at all.
+    let d = tmp("oomlog-bisect");
+    let cfg = write(&d, "c.toml", &TINY.replace("batch = 2", "batch = 8"));
+    let cmd = format!(
+        "{log}; b=$(sed -n 's/^batch = //p' {{config}}); \
+         if [ \"$b\" -gt 4 ]; then echo 'ValueError: too big' >&2; exit 1; fi"
+    );
+    let o = run(
+        &[
+            "bisect",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--backend",
+            "cpu",
+            "--memory-limit",
+            "200MiB",
+            "--axes",
+            "batch",
+            "--exec",
+            &cmd,
+        ],
+        &d,
+    );
+    assert_eq!(code(&o), 15, "{}", text(&o));
+    assert!(!text(&o).contains("does not)"), "{}", text(&o));
+}
+
+/// A memory cgroup of its own beside this process's, limited to 32 MiB (cgroup v1's memory
+/// hierarchy), or `None` where this process may not make one.
+fn small_memory_cgroup(name: &str) -> Option<std::path::PathBuf> {
+    let table = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = table.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (_, c, p) = (f.next()?, f.next()?, f.next()?);
+        c.split(',')
+            .any(|c| c == "memory")
+            .then(|| p.trim_start_matches('/').to_string())
+    })?;
+    let dir = std::path::Path::new("/sys/fs/cgroup/memory")
+        .join(path)
+        .join(name);
+    std::fs::create_dir(&dir).ok()?;
+    std::fs::write(dir.join("memory.limit_in_bytes"), "32M").ok()?;
+    Some(dir)
+}
+
+/// A process OOM-killed in `cgroup` (it asks for 256 MiB under 32).
+fn oom_kill_in(cgroup: &std::path::Path) {
+    let procs = cgroup.join("cgroup.procs");
+    let s = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!(
+            "echo $$ > {}; exec python3 -c 'b = bytearray(256 << 20)'",
+            procs.display()
+        ))
+        .status()
+        .unwrap();
+    assert_eq!(
+        s.signal(),
+        Some(libc::SIGKILL),
+        "the OOM killer did not kill it"
+    );
+}
+
+#[test]
+fn a_kill_is_an_oom_only_when_the_oom_killer_killed_the_command() {
+    let Some(elsewhere) = small_memory_cgroup(&format!("oom-bisect-test-{}", std::process::id()))
+    else {
+        assert!(
+            std::env::var("OOM_BISECT_TEST_CGROUP").is_err(),
+            "no memory cgroup can be made here"
+        );
+        eprintln!("skipped: this process may not make a memory cgroup (OOM_BISECT_TEST_CGROUP=1 makes it fail)");
+        return;
+    };
+    // An unrelated process is OOM-killed elsewhere on the host while the command dies of SIGKILL,
+    // or exits 137 from a shell: neither is an out-of-memory.
+    for (name, cmd) in [
+        ("kill9", "sleep 2; kill -9 $$"),
+        ("exit137", "sleep 2; exit 137"),
+    ] {
+        let bystander = {
+            let dir = elsewhere.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(700));
+                oom_kill_in(&dir);
+            })
+        };
+        let (o, r) = exec_trial(name, cmd, &[], &[]);
+        bystander.join().unwrap();
+        assert_eq!(
+            (code(&o), r["outcome"].as_str()),
+            (125, Some("error")),
+            "{name}: {}",
+            text(&o)
+        );
+    }
+    let _ = std::fs::remove_dir(&elsewhere);
+    // The command's own process, killed by the OOM killer in a cgroup it made below its own.
+    let own = "p=$(awk -F: '$2 ~ /(^|,)memory(,|$)/ {print $3}' /proc/self/cgroup); \
+               d=/sys/fs/cgroup/memory$p/small; mkdir $d && echo 32M > $d/memory.limit_in_bytes && \
+               echo $$ > $d/cgroup.procs && python3 -c 'b = bytearray(256 << 20)'";
+    let (o, r) = exec_trial("ownkill", own, &[], &[]);
+    assert_eq!(
+        (code(&o), r["outcome"].as_str()),
+        (3, Some("oom")),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        r["oom"]["message"].as_str().unwrap().contains("OOM killer"),
+        "{r}"
+    );
+}
+
+#[test]
+fn bytes_that_are_not_utf8_stop_nothing() {
+    let (o, r) = exec_trial(
+        "badutf8",
+        "printf '\\377\\376 tqdm\\n'; sleep 0.3; echo done",
+        &[],
+        &[],
+    );
+    assert_eq!(
+        (code(&o), r["outcome"].as_str()),
+        (0, Some("fits")),
+        "{}",
+        text(&o)
+    );
+    let oom = "printf '\\377\\n'; echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.'; exit 1";
+    let (o, r) = exec_trial("badutf8-oom", oom, &[], &[]);
+    assert_eq!(
+        (code(&o), r["outcome"].as_str()),
+        (3, Some("oom")),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn the_exec_config_is_private_and_temp_dirs_are_not_made_or_swept_blindly() {
+    let tmpdir = tmp("private-tmp");
+    // Another user's look-alike (no marker of ours) stays.
+    let foreign = tmpdir.join("oom-bisect-exec-1-0000");
+    std::fs::create_dir(&foreign).unwrap();
+    let check = "d=$(dirname {config}); test \"$(stat -c %a \"$d\")\" = 700 && \
+                 test \"$(stat -c %u \"$d\")\" = \"$(id -u)\" && \
+                 case \"$d\" in */oom-bisect-exec-*-????????????????) exit 0;; esac; exit 1";
+    let env = [("TMPDIR", tmpdir.to_str().unwrap())];
+    let (o, _) = exec_trial("private", check, &[], &env);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    assert!(foreign.exists());
+    let left: Vec<_> = std::fs::read_dir(&tmpdir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(left.len(), 1, "the trial's directory is removed: {left:?}");
+    // A missing TMPDIR is an error, and is not created.
+    let missing = tmpdir.join("nope");
+    let (o, r) = exec_trial(
+        "private-missing",
+        "exit 0",
+        &[],
+        &[("TMPDIR", missing.to_str().unwrap())],
+    );
+    assert_eq!(code(&o), 125, "{}", text(&o));
+    assert!(
+        r["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("temporary directory")
+            || text(&o).contains("temporary directory"),
+        "{}",
+        text(&o)
+    );
+    assert!(!missing.exists());
+}
+
+#[test]
+fn an_output_never_replaces_an_input() {
+    let d = tmp("outputs");
+    let cfg = write(&d, "c.toml", TINY);
+    let journal = d.join("j");
+    let bisect = |extra: &[&str]| {
+        let args = [
+            &[
+                "bisect",
+                "--config",
+                cfg.to_str().unwrap(),
+                "--fake-trials",
+                "--axes",
+                "batch",
+                "--journal",
+                journal.to_str().unwrap(),
+            ][..],
+            extra,
+        ]
+        .concat();
+        run(&args, &d)
+    };
+    let o = bisect(&["--json", cfg.to_str().unwrap()]);
+    assert_eq!(code(&o), 14, "{}", text(&o));
+    assert!(text(&o).contains("is also the config"), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(&cfg).unwrap(), TINY);
+    assert_eq!(code(&bisect(&[])), 0);
+    let j = journal_file(&journal);
+    let before = std::fs::read(&j).unwrap();
+    let o = bisect(&["--html", j.to_str().unwrap()]);
+    assert_eq!(code(&o), 14, "{}", text(&o));
+    assert!(text(&o).contains("is also the journal"), "{}", text(&o));
+    assert_eq!(std::fs::read(&j).unwrap(), before);
+    let o = bisect(&["--json", "r.json", "--html", "./r.json"]);
+    assert_eq!(code(&o), 14, "{}", text(&o));
+    // `trial` too.
+    let o = run(
+        &[
+            "trial",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--fake-trials",
+            "--json",
+            cfg.to_str().unwrap(),
+        ],
+        &d,
+    );
+    assert_eq!(code(&o), 214, "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(&cfg).unwrap(), TINY);
+}
+
+#[test]
+fn a_journal_line_that_is_not_utf8_hides_nothing() {
+    let d = tmp("journal-utf8");
+    let cfg = root().join("configs/quickstart.toml");
+    let journal = d.join("j");
+    let args = [
+        "bisect",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--fake-trials",
+        "--axes",
+        "batch",
+        "--journal",
+        journal.to_str().unwrap(),
+    ];
+    assert_eq!(code(&run(&args, &d)), 0);
+    let j = journal_file(&journal);
+    let records = std::fs::read_to_string(&j).unwrap();
+    assert!(records.is_ascii(), "records are written in ASCII");
+    let n = records.lines().count();
+    // A line cut inside a multi-byte character, first in the file.
+    let mut bytes = b"{\"key\": \"\xe4\xb8\n".to_vec();
+    bytes.extend_from_slice(records.as_bytes());
+    std::fs::write(&j, bytes).unwrap();
+    let again = run(&args, &d);
+    let t = text(&again);
+    assert_eq!(code(&again), 0, "{t}");
+    assert!(t.contains(&format!("resuming: {n} trials")), "{t}");
+    assert!(t.contains("not even UTF-8"), "{t}");
+}
+
+#[test]
+fn every_output_is_checked_first_and_a_file_limit_costs_no_report() {
+    let d = tmp("outputs-first");
+    let cfg = root().join("configs/quickstart.toml");
+    let journal = d.join("j");
+    let args = [
+        "bisect",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--fake-trials",
+        "--journal",
+        journal.to_str().unwrap(),
+    ];
+    let o = run(&[&args[..], &["--html", "/proc/none/r.html"]].concat(), &d);
+    assert_eq!(code(&o), 14, "{}", text(&o));
+    assert!(text(&o).contains("/proc/none"), "{}", text(&o));
+    assert!(
+        !text(&o).contains("Verdict"),
+        "refused before any trial: {}",
+        text(&o)
+    );
+    // `ulimit -f` with SIGXFSZ as the shell leaves it: the report, then EFBIG named, exit 14.
+    use std::os::unix::process::CommandExt;
+    let mut c = Command::new(BIN);
+    c.args(&args[..])
+        .args(["--json", "r.json"])
+        .current_dir(&d)
+        .env("OOM_BISECT_KERNEL_CACHE", "");
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            libc::signal(libc::SIGXFSZ, libc::SIG_DFL);
+            let lim = libc::rlimit {
+                rlim_cur: 4096,
+                rlim_max: 4096,
+            };
+            libc::setrlimit(libc::RLIMIT_FSIZE, &lim);
+            Ok(())
+        });
+    }
+    let o = c.output().unwrap();
+    assert_eq!(code(&o), 14, "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("Verdict:"),
+        "{}",
+        text(&o)
+    );
+    assert!(text(&o).contains("r.json"), "{}", text(&o));
+}
+
+#[test]
+fn a_closed_stdout_or_stderr_costs_no_file() {
+    for closed in ["stdout", "stderr"] {
+        let d = tmp(&format!("closed-{closed}"));
+        let cfg = root().join("configs/quickstart.toml");
+        let mut c = Command::new(BIN);
+        c.args([
+            "bisect",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--fake-trials",
+            "--axes",
+            "batch",
+            "--json",
+            "r.json",
+        ])
+        .current_dir(&d)
+        .env("OOM_BISECT_KERNEL_CACHE", "")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        // The reader goes away at once (`| head`, a pager that quit).
+        match closed {
+            "stdout" => drop(child.stdout.take()),
+            _ => drop(child.stderr.take()),
+        }
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(code(&out), 0, "{closed}: {}", text(&out));
+        assert!(d.join("r.json").exists(), "{closed}: the JSON is written");
+    }
+}
+
+#[test]
+fn what_a_command_leaves_behind_cannot_hold_the_trial() {
+    // A grandchild in a session of its own keeps the output open: the limit still holds, and
+    // nothing outlives the trial.
+    let t0 = Instant::now();
+    let (o, r) = exec_trial(
+        "setsid",
+        "setsid sh -c 'sleep 6031' & sleep 6032",
+        &["--trial-timeout", "3"],
+        &[],
+    );
+    assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
+    assert_eq!(
+        (code(&o), r["outcome"].as_str()),
+        (125, Some("timeout")),
+        "{}",
+        text(&o)
+    );
+    // A daemon with its output closed, from a command that fits.
+    let (o, _) = exec_trial(
+        "daemon",
+        "setsid sh -c 'sleep 6033' </dev/null >/dev/null 2>&1 & exit 0",
+        &[],
+        &[],
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    std::thread::sleep(Duration::from_millis(300));
+    for pid in ["6031", "6032", "6033"] {
+        assert!(
+            processes_with(&format!("sleep {pid}")).is_empty(),
+            "sleep {pid} outlived its trial"
+        );
+    }
+}
+
+#[test]
+fn a_huge_output_is_kept_to_its_tail() {
+    let cmd =
+        "head -c 20000000 /dev/zero | tr '\\000' x; echo; echo 'ValueError: boom' >&2; exit 1";
+    let d_json = tmp("huge").join("r.json");
+    let (o, r) = exec_trial("huge", cmd, &[], &[]);
+    assert_eq!(
+        (code(&o), r["outcome"].as_str()),
+        (125, Some("error")),
+        "{}",
+        text(&o).len()
+    );
+    assert!(
+        r["error"].as_str().unwrap().contains("ValueError: boom"),
+        "{}",
+        r["error"].as_str().unwrap().len()
+    );
+    assert!(
+        r.to_string().len() < 100_000,
+        "the report holds {} bytes",
+        r.to_string().len()
+    );
+    assert!(
+        o.stderr.len() < 100_000,
+        "stderr holds {} bytes",
+        o.stderr.len()
+    );
+    let _ = d_json;
+}
+
+#[test]
+fn odd_names_and_huge_configs_never_panic() {
+    use std::os::unix::ffi::OsStrExt;
+    let d = tmp("odd-names");
+    // A config name that is not UTF-8.
+    let odd = d.join(std::ffi::OsStr::from_bytes(b"c\xff.toml"));
+    std::fs::write(&odd, TINY).unwrap();
+    let o = Command::new(BIN)
+        .arg("bisect")
+        .arg("--config")
+        .arg(&odd)
+        .args([
+            "--fake-trials",
+            "--axes",
+            "batch",
+            "--memory-limit",
+            "100MiB",
+        ])
+        .current_dir(&d)
+        .env("OOM_BISECT_KERNEL_CACHE", "")
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    // A newline in a config's name does not start a line of the minimal failing config.
+    let nl = write(&d, "a\nb.toml", &TINY.replace("batch = 2", "batch = 64"));
+    let o = run(
+        &[
+            "bisect",
+            "--config",
+            nl.to_str().unwrap(),
+            "--fake-trials",
+            "--memory-limit",
+            "100MiB",
+            "--axes",
+            "batch,minimal",
+        ],
+        &d,
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let minimal = std::fs::read_dir(d.join("oom-bisect-out"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with("-minimal-failing.toml"))
+        .expect("a minimal config");
+    let body = std::fs::read_to_string(&minimal).unwrap();
+    assert!(body.contains("a\\nb.toml"), "{body}");
+    assert!(!body.lines().any(|l| l.starts_with("b.toml")), "{body}");
+    // Every key at its maximum at once: refused by name, not wrapped past 2^64.
+    let max = "[model]\nbackbone = \"resnet101\"\noutput_stride = 8\nclasses = 100000\n\
+               aspp_channels = 65536\nattention_heads = 65536\naux_head = true\n\
+               [data]\nbatch = 65536\nsize = [65536, 65536]\n";
+    let cfg = write(&d, "max.toml", max);
+    let o = run(&["inspect", "--config", cfg.to_str().unwrap()], &d);
+    assert_eq!(code(&o), 11, "{}", text(&o));
+    assert!(text(&o).contains("2^56 bytes"), "{}", text(&o));
+    // The command is echoed with its control characters escaped.
+    let (o, _) = exec_trial("echo-escape", "true \u{1b}[2J \u{202e}", &[], &[]);
+    assert!(
+        !text(&o).contains('\u{1b}') && !text(&o).contains('\u{202e}'),
+        "{}",
+        text(&o)
+    );
+}
+
+/// `git` in `dir`, as a test user.
+fn git(dir: &std::path::Path, args: &[&str]) -> Output {
+    Command::new("git")
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .env("OOM_BISECT_KERNEL_CACHE", "")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn git_bisect_run_names_the_commit_that_brought_the_oom() {
+    let d = tmp("git-bisect");
+    assert!(git(&d, &["init", "-q"]).status.success());
+    let commit = |body: &str, msg: &str| {
+        write(&d, "c.toml", body);
+        git(&d, &["add", "c.toml"]);
+        assert!(git(&d, &["commit", "-qm", msg]).status.success());
+        let head = git(&d, &["rev-parse", "HEAD"]);
+        String::from_utf8_lossy(&head.stdout).trim().to_string()
+    };
+    let fits = TINY.replace("batch = 2", "batch = 1");
+    let c1 = commit(&fits, "fits");
+    let _c2 = commit(&format!("{fits}\n[model]\n"), "a broken config");
+    let _c3 = commit(&TINY, "fixed, still fits");
+    let c4 = commit(&TINY.replace("batch = 2", "batch = 64"), "the OOM");
+    let c5 = commit(&TINY.replace("batch = 2", "batch = 96"), "more of it");
+    let trial = [
+        BIN,
+        "trial",
+        "--config",
+        "c.toml",
+        "--fake-trials",
+        "--backend",
+        "cpu",
+        "--memory-limit",
+        "300MiB",
+    ];
+    // At the broken commit, `trial` says skip.
+    git(&d, &["checkout", "-q", "HEAD~3"]);
+    let o = Command::new(BIN)
+        .args(&trial[1..])
+        .current_dir(&d)
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 125, "{}", text(&o));
+    git(&d, &["checkout", "-q", "main"]);
+    assert!(git(&d, &["bisect", "start", &c5, &c1]).status.success());
+    let o = git(&d, &[&["bisect", "run"][..], &trial].concat());
+    assert!(
+        text(&o).contains(&format!("{c4} is the first bad commit")),
+        "{}",
+        text(&o)
+    );
+    git(&d, &["bisect", "reset"]);
+    // Where nothing can be measured (no CUDA device here), git stops instead of blaming a commit.
+    if !std::path::Path::new("/dev/nvidia0").exists() {
+        assert!(git(&d, &["bisect", "start", &c5, &c1]).status.success());
+        let cuda = [BIN, "trial", "--config", "c.toml", "--backend", "cuda"];
+        let o = git(&d, &[&["bisect", "run"][..], &cuda].concat());
+        assert!(!o.status.success(), "{}", text(&o));
+        assert!(!text(&o).contains("first bad commit"), "{}", text(&o));
+        git(&d, &["bisect", "reset"]);
+    }
 }

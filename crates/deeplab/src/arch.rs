@@ -291,6 +291,7 @@ impl Architecture {
     /// Resolves a config, refusing identity ids and truncation points the model does not have.
     pub fn new(config: &Config) -> Result<Architecture, ConfigError> {
         config.validate()?;
+        check_representable(config)?;
         let m = &config.model;
         let blocks = block_specs(m.backbone, m.output_stride);
         let [h, w] = config.data.size;
@@ -441,6 +442,49 @@ impl Architecture {
             .position(|s| s.id == id)
             .unwrap_or_else(|| panic!("stage {id} exists"))
     }
+}
+
+/// The most bytes a configuration may describe: far beyond any machine, and far enough below
+/// 2⁶⁴ that the estimate's sums and products (in `u64`) cannot overflow.
+const REPRESENTABLE_BYTES: f64 = (1u64 << 56) as f64;
+
+/// Refuses a configuration whose tensors could not be counted in 64 bits: every key may be at its
+/// maximum, but not all at once. The bound is generous on purpose (every tensor as wide as the
+/// widest layer, 64 of them per pixel, the attention matrix at a quarter of the input's side),
+/// so that the estimate below it never overflows.
+fn check_representable(config: &Config) -> Result<(), ConfigError> {
+    let (m, d) = (&config.model, &config.data);
+    let widest = [
+        m.classes,
+        m.aspp_channels,
+        512 * m.backbone.expansion(),
+        256,
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(256) as f64;
+    let (b, px) = (d.batch as f64, d.size[0] as f64 * d.size[1] as f64);
+    let heads = m.attention_heads as f64;
+    let n = px / 16.0;
+    let bytes = 8.0 * (b * px * widest * 64.0 + b * heads * n * n + 64.0 * widest * widest);
+    if bytes <= REPRESENTABLE_BYTES {
+        return Ok(());
+    }
+    Err(ConfigError::new(
+        "data.size",
+        format!(
+            "batch {} × {}×{} pixels{} describes more than 2^56 bytes of tensors ({bytes:.1e}); \
+             no device holds that: lower data.batch, data.size, model.classes, \
+             model.aspp_channels or model.attention_heads",
+            d.batch,
+            d.size[0],
+            d.size[1],
+            match m.attention_heads {
+                0 => String::new(),
+                h => format!(" with {h} attention heads"),
+            }
+        ),
+    ))
 }
 
 fn check_heads(heads: usize, channels: usize, swapped: bool) -> Result<(), ConfigError> {

@@ -3,7 +3,7 @@
 
 use crate::cli::{BenchArgs, BisectArgs, FaultArg, InspectArgs, TrialArgs};
 use crate::exit_codes::{self as code, user};
-use crate::files::{check_writable, write_file};
+use crate::files::{check_outputs, write_file};
 use crate::journal::Journal;
 use crate::oracle::{self, request, TrialOracle};
 use crate::output::{self, progress::Progress, report};
@@ -30,7 +30,7 @@ fn runner(device: &DeviceSettings) -> ProcessRunner {
     let dir = oom_trial::cache::dir().filter(|_| burn_cuda);
     let (kernel_cache, warning) = oom_trial::cache::usable(dir);
     if let Some(w) = warning {
-        eprintln!("oom-bisect: warning: {w}");
+        tell!("oom-bisect: warning: {w}");
     }
     ProcessRunner {
         timeout: device.trial_timeout,
@@ -42,7 +42,7 @@ fn runner(device: &DeviceSettings) -> ProcessRunner {
 fn say(notes: &[String], quiet: bool) {
     if !quiet {
         for n in notes {
-            eprintln!("oom-bisect: {n}");
+            tell!("oom-bisect: {n}");
         }
     }
 }
@@ -72,9 +72,6 @@ pub struct BisectRun {
 pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     let st = BisectSettings::resolve(args)?;
     say(&st.device.notes, st.quiet);
-    if let Some(j) = &st.json {
-        check_writable(j)?;
-    }
     let w = &st.workload;
     let exp = experiment::id(w, &st.device);
     let journal_path = st.journal_dir.join(format!(
@@ -82,16 +79,22 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
         w.stem(),
         experiment::short_hash(&exp)
     ));
+    check_bisect_outputs(&st, &journal_path)?;
     let journal = Journal::open(&journal_path, &exp, st.fresh)?;
     if journal.skipped > 0 && !st.quiet {
-        eprintln!(
-            "oom-bisect: warning: {} lines of {} are not trial records (cut short by a crash?) and were skipped",
+        tell!(
+            "oom-bisect: warning: {} lines of {} are not trial records (cut short by a crash?{}) \
+             and were skipped",
             journal.skipped,
-            journal_path.display()
+            journal_path.display(),
+            match journal.undecodable {
+                0 => String::new(),
+                n => format!("; {n} of them not even UTF-8"),
+            }
         );
     }
     if journal.loaded() > 0 && !st.quiet {
-        eprintln!(
+        tell!(
             "oom-bisect: resuming: {} trials already in {}",
             journal.loaded(),
             journal_path.display()
@@ -99,7 +102,7 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     }
     let space = space::build(&w.config, &st.steps);
     if let (Some(line), false) = (st.dispatch.describe(), st.quiet) {
-        eprintln!("oom-bisect: {line}");
+        tell!("oom-bisect: {line}");
     }
     let about = oom_search::expected_trials(&space, &st.search);
     let mut progress = Progress::new(st.quiet, st.search.budget.max_trials, about);
@@ -141,6 +144,29 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     })
 }
 
+/// Every file a diagnosis writes, checked before its first trial: none is an input or another
+/// output, and each can be written.
+fn check_bisect_outputs(st: &BisectSettings, journal: &std::path::Path) -> Result<()> {
+    let minimal = minimal_path(journal);
+    let mut outputs = vec![
+        ("journal", journal),
+        ("minimal failing config", minimal.as_path()),
+    ];
+    outputs.extend(st.json.as_deref().map(|p| ("--json", p)));
+    outputs.extend(st.html.as_deref().map(|p| ("--html", p)));
+    check_outputs(&[("config", st.workload.path.as_path())], &outputs)
+}
+
+/// Where the minimal failing configuration goes: beside its journal, named after it (a run with
+/// another ceiling, backend or command writes its own).
+fn minimal_path(journal: &std::path::Path) -> PathBuf {
+    let stem = journal
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    journal.with_file_name(format!("{stem}-minimal-failing.toml"))
+}
+
 pub fn bisect(args: &BisectArgs) -> Result<i32> {
     let run = run_bisect(args)?;
     report_run(args, &run)
@@ -168,17 +194,14 @@ fn minimal_file(run: &BisectRun) -> Option<MinimalFile> {
         gpu: None,
         memory_model: Some(w.config.device.memory_model()),
     };
-    // Named after its journal: a run with another ceiling, backend or command writes its own.
-    let stem = run.journal.file_stem()?.to_string_lossy().into_owned();
-    let path = run
-        .journal
-        .with_file_name(format!("{stem}-minimal-failing.toml"));
+    let path = minimal_path(&run.journal);
     let text = format!(
         "# The smallest configuration that still runs out of memory under {} on {},\n\
          # found by `oom-bisect bisect --config {}`. Overrides of the original: {}\n{}",
         fmt_bytes(d.ceiling_bytes),
         st.device.label(),
-        w.path.display(),
+        // A file name may hold a newline: it must not start a line of the config.
+        output::one_line(&w.path.display().to_string(), 400),
         m.candidate,
         c.to_full_toml_string()
     );
@@ -239,18 +262,28 @@ fn report_run(args: &BisectArgs, run: &BisectRun) -> Result<i32> {
         notes: refusals(&w.config, d),
     };
     let text = report::text(d, &cx);
-    print!("{text}");
+    show!("{text}");
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
+    // Each file is written whatever became of the others; the first failure is the exit code.
+    let mut written = vec![];
     if let Some(m) = &minimal {
-        write_file(&m.path, &m.text)?;
+        written.push(write_file(&m.path, &m.text));
     }
     if let Some(j) = &st.json {
         let v = report::json(d, &cx);
-        write_file(j, &serde_json::to_string_pretty(&v).expect("json"))?;
+        written.push(write_file(
+            j,
+            &serde_json::to_string_pretty(&v).expect("json"),
+        ));
     }
     if let Some(h) = &st.html {
-        write_file(h, &output::html::page(d, &cx, &text))?;
+        written.push(write_file(h, &output::html::page(d, &cx, &text)));
+    }
+    let mut failures = written.into_iter().filter_map(Result::err);
+    if let Some(first) = failures.next() {
+        failures.for_each(|e| tell!("error: {e}"));
+        return Err(first);
     }
     Ok(match d.original.outcome {
         Outcome::Inconclusive => code::INCONCLUSIVE_ORIGINAL,
@@ -285,7 +318,10 @@ pub fn trial(args: &TrialArgs) -> Result<i32> {
     let device = DeviceSettings::resolve(&args.device, &w.config)?;
     say(&device.notes, false);
     if let Some(j) = &args.json {
-        check_writable(j)?;
+        check_outputs(
+            &[("config", args.config.config.as_path())],
+            &[("--json", j)],
+        )?;
     }
     let fault = args.fault.map(|f| match f {
         FaultArg::Sleep => Fault::Sleep,
@@ -293,10 +329,10 @@ pub fn trial(args: &TrialArgs) -> Result<i32> {
         FaultArg::DeviceThreadOom => Fault::DeviceThreadOom,
     });
     let answered_by = match device.exec_command() {
-        Some(command) => format!("your command: {command}"),
+        Some(command) => format!("your command: {}", output::one_line(&command, 400)),
         None => format!("memory model {}", w.config.device.memory_model().name()),
     };
-    eprintln!(
+    tell!(
         "oom-bisect: {} on {}, {answered_by}",
         output::title(&w.config),
         device.label(),
@@ -305,10 +341,10 @@ pub fn trial(args: &TrialArgs) -> Result<i32> {
         .ok()
         .and_then(|a| a.pytorch_refusal())
     {
-        eprintln!("oom-bisect: note: {why}");
+        tell!("oom-bisect: note: {why}");
     }
     let r = runner(&device).run(&request(&w.config, &device, fault));
-    print!("{}", output::trial_table::trial_table(&r));
+    show!("{}", output::trial_table::trial_table(&r));
     if let Some(j) = &args.json {
         write_file(j, &serde_json::to_string_pretty(&r).expect("json"))?;
     }
@@ -324,7 +360,7 @@ pub fn inspect(args: &InspectArgs) -> Result<i32> {
     let ceiling = crate::settings::check_device_section(&w.config)?;
     let arch =
         Architecture::new(&w.config).map_err(|e| user(code::CONFIG_INVALID, e.to_string()))?;
-    print!("{}", output::inspect::inspect(&w.config, &arch, ceiling));
+    show!("{}", output::inspect::inspect(&w.config, &arch, ceiling));
     Ok(code::SUCCESS)
 }
 
@@ -333,12 +369,12 @@ pub fn bench(args: &BenchArgs) -> Result<i32> {
     let run = run_bisect(&args.bisect)?;
     let code = report_run(&args.bisect, &run)?;
     let st = &run.settings;
-    println!(
+    showln!(
         "\nbench: {} on {}",
         output::title(&st.workload.config),
         st.device.label()
     );
-    print!(
+    show!(
         "{}",
         output::bench::bench(
             &run.diagnosis,
@@ -350,7 +386,7 @@ pub fn bench(args: &BenchArgs) -> Result<i32> {
     );
     let slots: Vec<&str> = st.dispatch.slots.iter().map(|s| s.label.as_str()).collect();
     let used = run.diagnosis.trials.len() - run.resumed;
-    println!(
+    showln!(
         "  workers: {} ({}); {} trials run, {used} used by the search, {} started ahead and not needed",
         slots.len(),
         slots.join(", "),

@@ -1,5 +1,8 @@
-//! Every exit code of `oom-bisect`, in one place. `trial` follows `git bisect run`: 0 good (fits),
-//! 3 bad (out of memory), 125 skip (could not tell), so it can drive `git bisect run` directly.
+//! Every exit code of `oom-bisect`, in one place. `trial` speaks `git bisect run`'s language, so
+//! it can drive it directly: 0 good (fits), 3 bad (out of memory), 125 skip (this commit cannot
+//! be measured: its config is unreadable or invalid, or the trial was inconclusive), and 128 or
+//! more where nothing can be measured at all (no device, a bad command line or ceiling, an
+//! unwritable output, an internal error), which makes git stop instead of blaming a commit.
 
 use std::fmt;
 
@@ -25,10 +28,30 @@ pub const UNWRITABLE: i32 = 14;
 pub const INCONCLUSIVE_ORIGINAL: i32 = 15;
 /// `trial`: the trial failed for a reason other than memory, or timed out.
 pub const INCONCLUSIVE: i32 = 125;
-/// Interrupted (Ctrl-C); what was measured is in the journal.
-// Exited with by the signal handler in `oom_trial::runner`; listed here with every other code.
-#[allow(dead_code)]
+/// Interrupted (Ctrl-C); what was measured is in the journal. Exited with by the signal handler
+/// in `oom_trial::runner`.
 pub const INTERRUPTED: i32 = oom_trial::runner::INTERRUPTED;
+
+/// `trial`'s code for an error of another command's code `code` (see the module documentation).
+pub fn git_bisect_code(code: i32) -> i32 {
+    match code {
+        SUCCESS | OOM | INCONCLUSIVE | INTERRUPTED => code,
+        CONFIG_UNREADABLE | CONFIG_INVALID => INCONCLUSIVE,
+        _ => TRIAL_STOP + code,
+    }
+}
+
+/// `trial`: 200 + the code above, where nothing can be measured at any commit.
+pub const TRIAL_STOP: i32 = 200;
+
+/// A `trial` error with its exit code turned into `git bisect run`'s (see [`git_bisect_code`]).
+pub fn for_git_bisect(e: anyhow::Error) -> anyhow::Error {
+    let (code, message) = match e.downcast_ref::<UserError>() {
+        Some(u) => (u.code, u.message.clone()),
+        None => (INTERNAL, format!("{e:#}")),
+    };
+    user(git_bisect_code(code), message)
+}
 
 /// The table printed in `--help`.
 pub const HELP: &str = "\
@@ -44,7 +67,12 @@ Exit codes:
    14    an output path cannot be written
    15    `bisect`: the original configuration could not be measured
   125    `trial`: inconclusive (error or timeout), as `git bisect skip`
-  130    interrupted; finished trials are kept in the journal";
+  130    interrupted; finished trials are kept in the journal
+
+`trial` drives `git bisect run`: 0 fits (good), 3 out of memory (bad), 125 this commit cannot be
+measured (config unreadable or invalid, trial inconclusive: skip), and 200 + the code above where
+nothing can be measured at all (201 internal, 202 command line, 212 no device, 213 ceiling, 214
+output), which makes git stop.";
 
 /// An error a user can act on, with its exit code.
 #[derive(Debug)]

@@ -6,6 +6,9 @@
 //!
 //! One run at a time: the file is locked (`flock`) while a run appends to it. A line cut short by a
 //! crash or a full disk is terminated before the next record is appended, so it cannot swallow it.
+//! Records are written in ASCII (other characters as JSON escapes), so a cut can never leave half
+//! a character; a line that is not UTF-8 anyway (written by something else) is counted and
+//! skipped, never the end of reading.
 
 use crate::exit_codes::{self as code, user};
 use anyhow::Result;
@@ -14,7 +17,7 @@ use oom_trial::{TrialOutcome, TrialReport};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
@@ -33,6 +36,8 @@ pub struct Journal {
     known: HashMap<(String, u32), TrialReport>,
     /// Lines that were not journal records (cut short, or not ours), skipped when loading.
     pub skipped: usize,
+    /// Of those, lines that were not even UTF-8.
+    pub undecodable: usize,
 }
 
 impl Journal {
@@ -47,16 +52,17 @@ impl Journal {
                 format!("cannot write {}: {e}", path.display()),
             )
         })?;
-        let (known, skipped) = if fresh {
-            (HashMap::new(), 0)
+        let loaded = if fresh {
+            Loaded::default()
         } else {
             load(path, experiment)
         };
         Ok(Journal {
             file: Some(file),
             experiment: experiment.to_string(),
-            known,
-            skipped,
+            known: loaded.known,
+            skipped: loaded.skipped,
+            undecodable: loaded.undecodable,
         })
     }
 
@@ -80,12 +86,12 @@ impl Journal {
             candidate: candidate.clone(),
             report: report.clone(),
         };
-        let mut line = serde_json::to_string(&e).expect("journal entries serialise");
+        let mut line = ascii(&serde_json::to_string(&e).expect("journal entries serialise"));
         line.push('\n');
         // The whole line in one write(2), flushed: an interruption loses at most the line being written,
         // and the loader skips a line cut short.
         if let Err(err) = f.write_all(line.as_bytes()).and_then(|_| f.flush()) {
-            eprintln!("oom-bisect: warning: could not append to the journal: {err}");
+            tell!("oom-bisect: warning: could not append to the journal: {err}");
         }
     }
 }
@@ -124,24 +130,68 @@ fn terminate_last_line(file: &mut File, path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The records of `experiment` in the file, and how many lines were not records at all.
-fn load(path: &Path, experiment: &str) -> (HashMap<(String, u32), TrialReport>, usize) {
-    let mut known = HashMap::new();
-    let mut skipped = 0;
-    let Ok(f) = File::open(path) else {
-        return (known, 0);
+/// JSON text with every character outside ASCII written as a `\uXXXX` escape: outside strings a
+/// JSON text is ASCII already, so this is the same value.
+fn ascii(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            for unit in c.encode_utf16(&mut [0; 2]) {
+                out += &format!("\\u{unit:04x}");
+            }
+        }
+    }
+    out
+}
+
+#[derive(Default)]
+struct Loaded {
+    known: HashMap<(String, u32), TrialReport>,
+    skipped: usize,
+    undecodable: usize,
+}
+
+/// The records of `experiment` in the file, and how many lines were not records at all (and of
+/// those, how many not UTF-8). Read as bytes: one bad line hides no later record.
+fn load(path: &Path, experiment: &str) -> Loaded {
+    let mut l = Loaded::default();
+    let Ok(bytes) = std::fs::read(path) else {
+        return l;
     };
-    for line in BufReader::new(f).lines().map_while(|l| l.ok()) {
+    for line in bytes.split(|b| *b == b'\n') {
+        let Ok(line) = std::str::from_utf8(line) else {
+            l.skipped += 1;
+            l.undecodable += 1;
+            continue;
+        };
         if line.trim().is_empty() {
             continue;
         }
-        match serde_json::from_str::<Entry>(&line) {
+        match serde_json::from_str::<Entry>(line) {
             Ok(e) if e.experiment == experiment => {
-                known.insert((e.key, e.attempt), e.report);
+                l.known.insert((e.key, e.attempt), e.report);
             }
             Ok(_) => {}
-            Err(_) => skipped += 1,
+            Err(_) => l.skipped += 1,
         }
     }
-    (known, skipped)
+    l
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_are_ascii_and_read_back_the_same() {
+        let json = serde_json::to_string("tqdm ▏█ 中 🦀 \u{202e}").unwrap();
+        let a = ascii(&json);
+        assert!(a.is_ascii(), "{a}");
+        assert_eq!(
+            serde_json::from_str::<String>(&a).unwrap(),
+            "tqdm ▏█ 中 🦀 \u{202e}"
+        );
+    }
 }

@@ -1,5 +1,30 @@
 //! oom-bisect: parse, resolve, dispatch, and map the result to an exit code. Nothing else.
 
+/// Prints to stdout. A closed stdout (`| head`, a pager that quit) costs what was printed, never
+/// the run: the files are still written and the exit code is the run's.
+macro_rules! show {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($t)*);
+    }};
+}
+
+/// `show!` with a newline.
+macro_rules! showln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
+/// A line to stderr (progress, warnings, errors); dropped silently when stderr is closed.
+macro_rules! tell {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
 mod cli;
 mod commands;
 mod dispatch;
@@ -13,7 +38,7 @@ mod output;
 mod settings;
 mod space;
 
-use clap::Parser;
+use clap::Parser as _;
 use cli::{Cli, Command};
 use exit_codes::UserError;
 
@@ -22,18 +47,25 @@ use exit_codes::UserError;
 static ALLOC: oom_trial::alloc::CountingAlloc = oom_trial::alloc::CountingAlloc;
 
 fn main() {
+    // A file-size limit (`ulimit -f`) makes a write fail with EFBIG, reported with the file's
+    // name, instead of killing the run before its report.
+    // SAFETY: sets the disposition of one signal to "ignore"; no handler runs.
+    unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
     if asks_for_gpu_help() {
-        print!("{}", gpus::table());
+        show!("{}", gpus::table());
         std::process::exit(exit_codes::SUCCESS);
     }
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => usage_error(e),
+    };
     if let Command::ChildTrial = cli.command {
         std::process::exit(child_trial());
     }
     oom_trial::install_interrupt_handler();
     let result = match &cli.command {
         Command::Bisect(a) => commands::bisect(a),
-        Command::Trial(a) => commands::trial(a),
+        Command::Trial(a) => commands::trial(a).map_err(exit_codes::for_git_bisect),
         Command::Inspect(a) => commands::inspect(a),
         Command::Bench(a) => commands::bench(a),
         Command::ChildTrial => unreachable!("handled above"),
@@ -41,10 +73,30 @@ fn main() {
     std::process::exit(exit_code(result));
 }
 
+/// The arguments as given; a name that is not UTF-8 is read lossily here (clap reads the real
+/// bytes into paths).
+fn args() -> Vec<String> {
+    std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect()
+}
+
+/// A command line clap refuses: its message and exit 2, or, under `trial`, the code that makes
+/// `git bisect run` stop (a bad command line is bad at every commit).
+fn usage_error(e: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    let trial = args().get(1).is_some_and(|a| a == "trial");
+    if trial && !matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = e.print();
+        std::process::exit(exit_codes::git_bisect_code(exit_codes::USAGE));
+    }
+    e.exit()
+}
+
 /// `--gpu help` lists the cards whatever else the command line lacks (it needs no config), so it
 /// is answered before the command line is parsed.
 fn asks_for_gpu_help() -> bool {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args = args();
     let split = args.windows(2).any(|w| w[0] == "--gpu" && w[1] == "help");
     split || args.iter().any(|a| a == "--gpu=help")
 }
@@ -55,7 +107,7 @@ fn child_trial() -> i32 {
     match std::io::Read::read_to_string(&mut std::io::stdin(), &mut request) {
         Ok(_) => oom_trial::child::main(&request),
         Err(e) => {
-            eprintln!("oom-bisect __trial: cannot read the request: {e}");
+            tell!("oom-bisect __trial: cannot read the request: {e}");
             oom_trial::protocol::exit::INCONCLUSIVE
         }
     }
@@ -66,11 +118,14 @@ fn exit_code(result: anyhow::Result<i32>) -> i32 {
         Ok(code) => code,
         Err(e) => match e.downcast_ref::<UserError>() {
             Some(u) => {
-                eprintln!("error: {}", u.message);
+                tell!("error: {}", u.message);
                 u.code
             }
             None => {
-                eprintln!("error: {e:#}");
+                tell!(
+                    "error: {}",
+                    deeplab::config::printable(&format!("{e:#}"), 4000)
+                );
                 exit_codes::INTERNAL
             }
         },

@@ -19,6 +19,7 @@ pub fn request(config: &Config, device: &DeviceSettings, fault: Option<Fault>) -
         ceiling: device.ceiling,
         engine: device.engine.clone(),
         fault,
+        timeout_seconds: None,
     }
 }
 

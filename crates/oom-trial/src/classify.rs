@@ -87,6 +87,10 @@ fn allocation_failure(m: &str) -> Option<Option<u64>> {
     if codes.iter().any(|c| m.contains(c)) {
         return Some(None);
     }
+    // C++'s `std::bad_alloc` (`what():  std::bad_alloc`), as an uncaught exception prints it.
+    if m.contains("std::bad_alloc") {
+        return Some(None);
+    }
     // Python's own: the last line of a traceback, `MemoryError` (with or without a message).
     let t = m.trim();
     if t == "MemoryError" || t.starts_with("MemoryError:") {
@@ -103,6 +107,90 @@ pub fn classify_message(message: &str) -> MessageKind {
         return MessageKind::FollowOn;
     }
     MessageKind::Other
+}
+
+/// Exceptions that only wrap a failure printed before them (a launcher's report of its worker,
+/// a subprocess's exit): the failure is the one before.
+const WRAPPERS: [&str; 3] = [
+    "ChildFailedError",
+    "CalledProcessError",
+    "ProcessExitedException",
+];
+
+/// Whether a line states a failure, as runtimes print their last words: a Python (or other
+/// dotted) exception type with its message, `Exception in thread …` (Java), a Rust panic header,
+/// `error:`/`fatal:`, C++'s `terminate called …`. Log lines that merely mention a failure do not.
+fn is_failure_line(line: &str) -> bool {
+    if line.starts_with(char::is_whitespace) {
+        return false;
+    }
+    if line.starts_with("Exception in thread ")
+        || line.starts_with("terminate called ")
+        || (line.starts_with("thread '") && line.contains("' panicked at"))
+    {
+        return true;
+    }
+    let head = line.split(':').next().unwrap_or("");
+    if head.is_empty()
+        || !head
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+    {
+        return false;
+    }
+    let name = head.rsplit('.').next().unwrap_or(head);
+    let generic = ["error", "fatal", "panic"].contains(&name.to_ascii_lowercase().as_str());
+    let typed = [
+        "Error",
+        "Exception",
+        "Exit",
+        "Interrupt",
+        "Failure",
+        "Fault",
+    ]
+    .iter()
+    .any(|s| name.ends_with(s));
+    // `Error: …` alone (anyhow's report) or a type name; a bare word is a type only with a colon
+    // or on a line of its own (`MemoryError`).
+    generic || typed
+}
+
+/// The failure message of a failed command's output: its last failure line (see
+/// [`is_failure_line`]; a Rust panic's or C++'s message is the line after the header), skipping a
+/// wrapper that only reports a failure printed before it; else its last non-empty line. Only this
+/// message says whether the command ran out of memory: an out-of-memory it logged, recovered from
+/// or printed in a config dump before failing otherwise is not its failure.
+pub fn failure_message(output: &str) -> Option<String> {
+    let lines: Vec<&str> = output.lines().filter(|l| !l.trim().is_empty()).collect();
+    let failures: Vec<usize> = (0..lines.len())
+        .filter(|&i| is_failure_line(lines[i]))
+        .collect();
+    let last = failures
+        .iter()
+        .rev()
+        .find(|&&i| !WRAPPERS.iter().any(|w| lines[i].contains(w)))
+        .or(failures.last())
+        .copied();
+    let Some(i) = last else {
+        return lines.last().map(|l| l.to_string());
+    };
+    let header = lines[i].trim_end();
+    let continued = (header.contains("' panicked at") && header.ends_with(':'))
+        || header.starts_with("terminate called ");
+    match (continued, lines.get(i + 1)) {
+        (true, Some(next)) => Some(format!("{header} {}", next.trim())),
+        _ => Some(header.to_string()),
+    }
+}
+
+/// How a failed command's output classifies: by its failure message alone.
+pub fn classify_output(output: &str) -> (Option<String>, MessageKind) {
+    let message = failure_message(output);
+    let kind = message
+        .as_deref()
+        .map(classify_message)
+        .unwrap_or(MessageKind::Other);
+    (message, kind)
 }
 
 /// What was in use when an allocation failed, where the message says: PyTorch's `this process has
@@ -137,7 +225,13 @@ mod tests {
                 "other" => MessageKind::Other,
                 k => panic!("bad fixture kind {k}"),
             };
-            assert_eq!(classify_message(msg), want, "{msg}");
+            // `\n` in a fixture separates the lines of a command's output: only its failure
+            // message counts. A single line is its own failure message.
+            let output = msg.replace("\\n", "\n");
+            if !output.contains('\n') {
+                assert_eq!(classify_message(msg), want, "{msg}");
+            }
+            assert_eq!(classify_output(&output).1, want, "output: {output}");
             n += 1;
         }
         assert!(n >= 25, "{n} fixtures");

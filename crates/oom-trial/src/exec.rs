@@ -5,23 +5,31 @@
 //!   context left out of the ceiling (that context would not exist on the smaller card), so the
 //!   command, its CUDA context included, has exactly the ceiling; on the CPU nothing is enforced and
 //!   the command only hears the ceiling (`OOM_BISECT_MEMORY_LIMIT`);
-//! - it runs the command through `sh -c` in the trial's process group, so that a timeout, Ctrl-C or
-//!   the parent's death takes the command and everything it started;
+//! - it runs the command through `sh -c` in the trial's process group, so that Ctrl-C or the
+//!   parent's death takes the command with it, with its output on a pipe of the holder's own;
 //! - while the command runs, it samples the device's memory, turns the command's own
 //!   `{"oom_bisect": …}` lines into events, and forwards every other line to stderr;
-//! - at the end it says how the command ended ([`Exited`]).
+//! - at the end, or at the time limit, it kills whatever the command left running, however it
+//!   escaped, and says how the command ended and whether the kernel's OOM killer killed one of its
+//!   processes ([`Exited`], [`contain`]).
 //!
 //! The parent classifies (`outcome::classify`): the holder never decides what an exit means.
 
+mod config_file;
+mod contain;
+
 use crate::child::{emit, since_start};
+use crate::lines::{read_lines, MAX_LINE};
 use crate::protocol::{BackendKind, ChildEvent, Exited, Location, Request};
 use anyhow::{Context as _, Result};
+use config_file::ConfigFile;
+use contain::Containment;
 use deeplab::Phase;
 use serde::Deserialize;
-use std::io::{BufRead, BufReader, Read};
-use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::io::{BufWriter, PipeReader, Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
@@ -35,8 +43,8 @@ pub const CONFIG_PLACEHOLDER: &str = "{config}";
 /// memory on the CPU a walk over /proc.
 const SAMPLE_CUDA: Duration = Duration::from_millis(10);
 const SAMPLE_CPU: Duration = Duration::from_millis(50);
-/// How long lines the command printed just before it ended may still take to arrive. A process
-/// it left behind may hold the pipe open; it dies with the trial's group after we return.
+/// How long lines the command printed just before it ended may still take to arrive, once what it
+/// left behind is killed.
 const LAST_LINES: Duration = Duration::from_secs(2);
 
 /// What a command may say about itself on one line of its stdout, as
@@ -78,104 +86,86 @@ pub fn command_line(command: &str, config: &Path) -> String {
 pub fn run(req: &Request, command: &str) -> Result<()> {
     let file = ConfigFile::write(&req.config)?;
     let held = hold(req)?;
-    let kills_before = oom_kills();
-    let mut child = Command::new("/bin/sh")
-        .arg("-c")
-        .arg(command_line(command, &file.path))
-        .env(CONFIG_ENV, &file.path)
-        .envs(held.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .context("could not start /bin/sh for the command")?;
-    let lines = read_figures(child.stdout.take());
+    let mut contain = Containment::new();
+    let (mut child, output) = spawn(command, &file.path, &held, &contain)?;
+    let lines = read_figures(output);
+    let deadline = req
+        .timeout_seconds
+        .filter(|t| *t > 0.0)
+        .map(|t| Instant::now() + Duration::from_secs_f64(t));
     let mut peak = Peak::default();
     let mut now: Option<u64>;
+    let mut ticks = 0u32;
     let status = loop {
         now = held.now();
         peak.sampled = peak.sampled.max(now);
         lines.try_iter().for_each(|f| peak.take(f, now));
+        if ticks % 10 == 0 {
+            contain.observe();
+        }
+        ticks += 1;
         match child.try_wait().context("waiting for the command")? {
-            Some(s) => break s,
+            Some(s) => break Some(s),
+            None if deadline.is_some_and(|d| Instant::now() >= d) => break None,
             None => std::thread::sleep(held.sample_every()),
         }
     };
+    // Whatever the command left running (a daemon, a `setsid` grandchild) dies now; then its
+    // last lines, which no process can hold back any longer.
+    contain.sweep();
     let until = Instant::now() + LAST_LINES;
     // Its last lines are placed at its last reading: it is gone now.
     while let Ok(f) = lines.recv_timeout(until.saturating_duration_since(Instant::now())) {
         peak.take(f, now);
     }
     let (peak_bytes, peak_source) = peak.best(held.backend);
+    let kills = contain.oom_kills();
     emit(&ChildEvent::Exited(Exited {
-        code: status.code(),
-        signal: killed_by(status),
-        oom_killer: matches!((kills_before, oom_kills()), (Some(a), Some(b)) if b > a),
+        code: status.and_then(|s| s.code()),
+        signal: status.and_then(|s| s.signal()),
+        oom_killer: kills.killed,
+        oom_kill_check: kills.how.map(str::to_string),
+        timed_out: status.is_none(),
         peak_bytes,
         peak_source,
     }));
     Ok(())
 }
 
-/// The signal that ended the command: its own, or the one a shell reports as 128 + n.
-fn killed_by(status: ExitStatus) -> Option<i32> {
-    status.signal().or_else(|| {
-        status
-            .code()
-            .filter(|c| (129..=192).contains(c))
-            .map(|c| c - 128)
-    })
-}
-
-/// The candidate's config in a directory of this process's own, removed when the trial ends. A
-/// holder killed outright leaves it behind; the next holder removes those of dead processes.
-struct ConfigFile {
-    dir: PathBuf,
-    path: PathBuf,
-}
-
-const DIR_PREFIX: &str = "oom-bisect-exec-";
-
-impl ConfigFile {
-    fn write(config: &str) -> Result<ConfigFile> {
-        let tmp = std::env::temp_dir();
-        remove_orphans(&tmp);
-        let dir = tmp.join(format!("{DIR_PREFIX}{}", std::process::id()));
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("could not create {}", dir.display()))?;
-        let path = dir.join("config.toml");
-        std::fs::write(&path, config)
-            .with_context(|| format!("could not write {}", path.display()))?;
-        Ok(ConfigFile { dir, path })
-    }
-}
-
-impl Drop for ConfigFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Removes the config directories of holders that no longer run.
-fn remove_orphans(tmp: &Path) {
-    let Ok(entries) = std::fs::read_dir(tmp) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let pid = name
-            .strip_prefix(DIR_PREFIX)
-            .and_then(|p| p.parse::<i32>().ok());
-        // SAFETY: kill with signal 0 only asks whether the process exists. Only "no such process"
-        // means dead: EPERM is another user's live process.
-        let gone = |p| {
-            let alive = unsafe { libc::kill(p, 0) } == 0;
-            !alive && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+/// Starts the command through `sh -c`, stdout and stderr on one pipe of the holder's (so that
+/// nothing it leaves behind holds the parent's pipes, and its lines keep their order), in the
+/// command's own cgroup where there is one.
+fn spawn(
+    command: &str,
+    config: &Path,
+    held: &Held,
+    contain: &Containment,
+) -> Result<(Child, PipeReader)> {
+    let (read, write) = std::io::pipe().context("could not make a pipe for the command")?;
+    let mut cmd = Command::new("/bin/sh");
+    cmd.arg("-c")
+        .arg(command_line(command, config))
+        .env(CONFIG_ENV, config)
+        .envs(held.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(write.try_clone().context("could not duplicate the pipe")?)
+        .stderr(write);
+    if let Some(fd) = contain.procs_fd() {
+        // SAFETY: runs in the forked child before exec and calls only write(2), which is
+        // async-signal-safe: "0" moves the writing process into the cgroup.
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::write(fd, b"0".as_ptr().cast(), 1);
+                Ok(())
+            })
         };
-        if pid.is_some_and(gone) {
-            let _ = std::fs::remove_dir_all(e.path());
-        }
     }
+    let child = cmd
+        .spawn()
+        .context("could not start /bin/sh for the command")?;
+    // The holder keeps no write end: the pipe ends when the command's last process closes it.
+    drop(cmd);
+    Ok((child, read))
 }
 
 /// The ceiling in force, and how to read the command's memory.
@@ -365,36 +355,38 @@ fn largest_resident_set() -> Option<u64> {
     (ok && u.ru_maxrss > 0).then(|| u.ru_maxrss as u64 * 1024)
 }
 
-/// The kernel's count of processes its OOM killer has killed (`/proc/vmstat`), memory cgroups
-/// included; `None` where it cannot be read.
-fn oom_kills() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/vmstat").ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("oom_kill "))
-        .and_then(|n| n.trim().parse().ok())
-}
+/// At most this many of the command's figures lines become measuring points; a command that
+/// prints millions must not make the journal grow without bound.
+const MAX_MARKS: usize = 10_000;
 
-/// Reads the command's stdout on a thread: its figures lines come back on the channel, every other
-/// line goes to stderr, where the parent reads out-of-memory messages and error tails.
-fn read_figures<R: Read + Send + 'static>(out: Option<R>) -> Receiver<Figures> {
+/// Reads the command's output on a thread: its figures lines come back on the channel, every other
+/// line goes to stderr (where the parent reads out-of-memory messages and error tails), in blocks,
+/// lines cut and decoded lossily ([`crate::lines`]).
+fn read_figures<R: Read + Send + 'static>(out: R) -> Receiver<Figures> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let Some(out) = out else {
-            return;
-        };
-        for line in BufReader::new(out).lines() {
-            let Ok(line) = line else {
-                break;
-            };
-            match figures(&line) {
-                Some(f) => {
-                    if tx.send(f).is_err() {
-                        break;
-                    }
+        let stderr = std::io::stderr();
+        let forward = std::cell::RefCell::new(BufWriter::with_capacity(1 << 16, stderr.lock()));
+        let mut marks = 0;
+        read_lines(
+            out,
+            MAX_LINE,
+            |line| match figures(&line) {
+                Some(f) if marks < MAX_MARKS => {
+                    marks += usize::from(f.stage.is_some());
+                    let _ = tx.send(f);
                 }
-                None => eprintln!("{line}"),
-            }
-        }
+                Some(_) => {}
+                // A parent that stopped reading costs the forwarded lines, never the trial.
+                None => {
+                    let _ = writeln!(forward.borrow_mut(), "{line}");
+                }
+            },
+            || {
+                let _ = forward.borrow_mut().flush();
+            },
+        );
+        let _ = forward.borrow_mut().flush();
     });
     rx
 }

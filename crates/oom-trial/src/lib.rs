@@ -11,6 +11,7 @@ pub mod classify;
 pub mod cuda;
 pub mod estimated;
 pub mod exec;
+pub mod lines;
 pub mod outcome;
 pub mod pool;
 pub mod protocol;

@@ -3,7 +3,7 @@
 //! `oom`; any other panic is `error`; then the way the process ended; `fits` only with a finite value
 //! read back after the last step.
 
-use crate::classify::{classify_message, in_use_at_failure, MessageKind};
+use crate::classify::{classify_message, classify_output, in_use_at_failure, MessageKind};
 use crate::protocol::{exit, BackendKind, ChildEvent, Exited, Location};
 use deeplab::Phase;
 use serde::{Deserialize, Serialize};
@@ -298,7 +298,8 @@ fn set_oom(r: &mut TrialReport, at: Option<&Location>, message: String, bytes: O
         step: at.map(|l| l.step),
         bytes,
         in_use_bytes: in_use_at_failure(&message),
-        message,
+        // It may echo a command's output: escaped, and cut.
+        message: deeplab::config::printable(&message, MESSAGE_CHARS),
     });
 }
 
@@ -319,29 +320,70 @@ fn classify(r: &mut TrialReport, t: Trace, exit: ChildExit, stderr: &str) {
     r.error = error;
 }
 
-/// A `--exec` command: exit 0 fits; a framework's out-of-memory message on a failed exit, or a
-/// SIGKILL from the kernel's OOM killer, is an out-of-memory; any other failure is an error. A
-/// command that printed an out-of-memory and still exited 0 (a batch-size finder) fits.
+/// A `--exec` command: exit 0 fits; a failure whose message (the last failure line of its output,
+/// [`crate::classify::failure_message`]) is an out-of-memory, or the kernel's OOM killer killing one of its own
+/// processes, is an out-of-memory; any other failure is an error. An out-of-memory that the
+/// command logged, recovered from or printed in a dump is not its failure; a command that printed
+/// one and still exited 0 (a batch-size finder) fits.
 fn classify_exec(r: &mut TrialReport, x: &Exited, at: Option<&Location>, stderr: &str) {
+    if x.timed_out {
+        r.outcome = TrialOutcome::Timeout;
+        r.error = Some(format!(
+            "the command was stopped at the time limit ({:.0} s), with everything it started",
+            r.wall_seconds
+        ));
+        return;
+    }
     if x.code == Some(0) {
         r.outcome = TrialOutcome::Fits;
         return;
     }
-    if let Some((message, bytes)) = allocation_failure(&[], stderr) {
-        return set_oom(r, at, message, bytes);
+    let output = command_output(stderr);
+    if let (Some(m), MessageKind::AllocationFailure { bytes }) = classify_output(&output) {
+        return set_oom(r, at, m, bytes);
     }
-    if x.signal == Some(libc::SIGKILL) && x.oom_killer {
-        let m = "killed (SIGKILL) by the kernel's OOM killer: /proc/vmstat's oom_kill rose".into();
+    if x.oom_killer {
+        let how = x.oom_kill_check.as_deref().unwrap_or("the kernel");
+        let m = format!("killed by the kernel's OOM killer (told by {how})");
         return set_oom(r, at, m, None);
     }
-    r.error = Some(match (x.signal, x.code) {
-        (Some(s), _) => format!("the command was killed by signal {s}{}", tail(stderr)),
-        (None, c) => format!(
-            "the command exited with code {}{}",
-            c.map(|c| c.to_string()).unwrap_or_else(|| "?".into()),
-            tail(stderr)
+    r.error = Some(exec_failure(x) + &tail(&output));
+}
+
+/// What a failed command's end says, with a hint where a kill cannot be told apart from the OOM
+/// killer's.
+fn exec_failure(x: &Exited) -> String {
+    match (x.signal, x.code) {
+        (Some(s), _) if s == libc::SIGKILL && x.oom_kill_check.is_none() => format!(
+            "the command was killed by signal {s} (SIGKILL); whether by the kernel's OOM killer \
+             cannot be told here (no cgroup of its own could be made and the kernel log is not \
+             readable), so it is not counted as an out-of-memory: run where oom-bisect may make a \
+             cgroup, or let the command print its out-of-memory"
         ),
-    });
+        (Some(s), _) => format!("the command was killed by signal {s}"),
+        (None, Some(c)) if c > 128 => format!(
+            "the command exited with code {c} (a shell's report of a process killed by signal \
+             {}, or an exit with that code; not by the kernel's OOM killer{})",
+            c - 128,
+            match &x.oom_kill_check {
+                Some(how) => format!(", by {how}"),
+                None => ", as far as can be told here".into(),
+            }
+        ),
+        (None, c) => format!(
+            "the command exited with code {}",
+            c.map(|c| c.to_string()).unwrap_or_else(|| "?".into())
+        ),
+    }
+}
+
+/// The command's own output in the holder's stderr: without the holder's own lines.
+fn command_output(stderr: &str) -> String {
+    stderr
+        .lines()
+        .filter(|l| !l.starts_with(CHILD_OWN))
+        .map(|l| format!("{l}\n"))
+        .collect()
 }
 
 /// The outcome of a child that neither ran out of memory nor panicked, from how it ended.
@@ -387,8 +429,16 @@ fn tail(stderr: &str) -> String {
         return String::new();
     }
     let from = lines.len().saturating_sub(5);
-    format!(": {}", lines[from..].join(" | "))
+    // Each line cut on its own, so that a huge line cannot push out the last one.
+    let lines: Vec<String> = lines[from..]
+        .iter()
+        .map(|l| deeplab::config::printable(l, MESSAGE_CHARS / 5))
+        .collect();
+    format!(": {}", lines.join(" | "))
 }
+
+/// The longest message or error tail kept in a report (and so in the journal), in characters.
+const MESSAGE_CHARS: usize = 2000;
 
 /// `at aspp allocating 1.1 MiB`: where, and how large the refused allocation was.
 impl std::fmt::Display for OomInfo {

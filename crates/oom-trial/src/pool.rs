@@ -272,6 +272,7 @@ mod tests {
             ceiling: crate::Ceiling::None,
             engine: crate::Engine::Estimate,
             fault: None,
+            timeout_seconds: None,
         }
     }
 

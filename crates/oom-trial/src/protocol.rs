@@ -86,6 +86,9 @@ pub struct Request {
     pub engine: Engine,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fault: Option<Fault>,
+    /// The trial's time limit, set by the runner: a `--exec` holder stops its command at it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<f64>,
 }
 
 impl Ceiling {
@@ -205,16 +208,21 @@ pub enum ChildEvent {
 /// How a `--exec` command ended, and what the holder measured while it ran.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Exited {
-    /// The exit code, or the signal that killed it (a shell reports a killed command as 128 + the
-    /// signal; that is read back as the signal).
+    /// The exit code, or the signal that killed the shell. A shell's 128 + n is an exit code: its
+    /// command may have been killed, or may have exited so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal: Option<i32>,
-    /// The kernel's OOM killer killed a process while the command ran (`oom_kill` in `/proc/vmstat`
-    /// went up): with a SIGKILL, that is an out-of-memory.
+    /// The kernel's OOM killer killed one of the command's own processes (`exec::contain`).
     #[serde(default)]
     pub oom_killer: bool,
+    /// How that was checked; `None` where it could not be (no cgroup of its own, no kernel log).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom_kill_check: Option<String>,
+    /// The holder stopped the command at the time limit.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timed_out: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_bytes: Option<u64>,
     /// Where the peak comes from: the command's own figure, device memory sampled, or the largest

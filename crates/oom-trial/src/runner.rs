@@ -12,9 +12,10 @@
 //! A process runner given `Engine::Estimate` requests runs the estimate in the child: the whole
 //! path of a real trial (spawn, protocol, classification), without training.
 
+use crate::lines::{Drain, MAX_LINE};
 use crate::outcome::{assemble, ChildExit, TrialReport};
-use crate::protocol::{ChildEvent, Request, SUBCOMMAND};
-use std::io::{Read, Write};
+use crate::protocol::{ChildEvent, Engine, Request, SUBCOMMAND};
+use std::io::Write;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -29,6 +30,16 @@ pub trait TrialRunner {
 
 /// The exit code after an interruption; what was measured is in the journal.
 pub const INTERRUPTED: i32 = 130;
+
+/// Longest event line read from a child (a panic's message included).
+const EVENT_LINE: usize = 1 << 20;
+/// How much of a child's stderr is kept: its last lines, for classification and errors.
+const STDERR_TAIL: usize = 64 << 10;
+/// How long a pipe may stay open after the trial's group was killed.
+const PIPE_GRACE: Duration = Duration::from_secs(2);
+/// A `--exec` holder enforces the time limit itself (it kills and sweeps what the command
+/// started, then says so); the parent kills the holder only this much later.
+const HOLDER_GRACE: Duration = Duration::from_secs(5);
 
 /// Trials that may run at once (one per worker of a pool); more workers than this are refused.
 pub const MAX_RUNNING: usize = 256;
@@ -163,19 +174,27 @@ impl TrialRunner for ProcessRunner {
         };
         let pgid = child.id() as i32;
         if let Some(mut stdin) = child.stdin.take() {
-            let line = serde_json::to_string(request).expect("a request serialises");
+            let request = Request {
+                timeout_seconds: Some(self.timeout.as_secs_f64()),
+                ..request.clone()
+            };
+            let line = serde_json::to_string(&request).expect("a request serialises");
             // A child that died at once cannot read it; how it ended tells the rest.
             let _ = stdin.write_all(line.as_bytes());
         }
-        let out = drain(child.stdout.take());
-        let err = drain(child.stderr.take());
-        let exit = self.wait(&mut child, pgid, started);
+        // The events are ours (lines of a bounded size); stderr may carry a command's output, of
+        // which a tail is enough to classify and report.
+        let out = Drain::start(child.stdout.take(), EVENT_LINE, usize::MAX);
+        let err = Drain::start(child.stderr.take(), MAX_LINE, STDERR_TAIL);
+        let exit = self.wait(&mut child, pgid, started, request);
         // Grandchildren (a compiler, a helper) die with the trial: nothing may outlive it.
         // SAFETY: signals the child's own process group; it may already be empty, which is harmless.
         unsafe { libc::kill(-pgid, libc::SIGKILL) };
         unregister_group(slot);
-        let stdout = out.join().unwrap_or_default();
-        let stderr = err.join().unwrap_or_default();
+        // A process that left the group may still hold a pipe: its end is waited for briefly.
+        let until = Instant::now() + PIPE_GRACE;
+        let stdout = out.take(until);
+        let stderr = err.take(until);
         let wall = started.elapsed().as_secs_f64();
         assemble(&parse_events(&stdout), exit, &stderr, wall)
     }
@@ -226,8 +245,13 @@ impl ProcessRunner {
         Ok((child, slot))
     }
 
-    /// Waits for the child, killing its group at the time limit.
-    fn wait(&self, child: &mut Child, pgid: i32, started: Instant) -> ChildExit {
+    /// Waits for the child, killing its group at the time limit (a `--exec` holder's a little
+    /// later: it stops its command itself).
+    fn wait(&self, child: &mut Child, pgid: i32, started: Instant, request: &Request) -> ChildExit {
+        let limit = match request.engine {
+            Engine::Exec { .. } => self.timeout + HOLDER_GRACE,
+            _ => self.timeout,
+        };
         loop {
             match child.try_wait() {
                 Ok(Some(status)) => {
@@ -237,7 +261,7 @@ impl ProcessRunner {
                         (None, None) => ChildExit::Code(-1),
                     }
                 }
-                Ok(None) if started.elapsed() > self.timeout => {
+                Ok(None) if started.elapsed() > limit => {
                     // SAFETY: signals the child's own process group, created for it in `spawn`.
                     unsafe {
                         if !self.launcher.is_empty() {
@@ -254,17 +278,6 @@ impl ProcessRunner {
             }
         }
     }
-}
-
-/// Reads a pipe to its end on a thread of its own.
-fn drain<R: Read + Send + 'static>(r: Option<R>) -> std::thread::JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut s = Vec::new();
-        if let Some(mut r) = r {
-            let _ = r.read_to_end(&mut s);
-        }
-        String::from_utf8_lossy(&s).into_owned()
-    })
 }
 
 /// Parses the child's stdout: one event per line; other lines are ignored (a library may print).
@@ -308,6 +321,7 @@ mod tests {
             ceiling,
             engine: Engine::Estimate,
             fault: None,
+            timeout_seconds: None,
         }
     }
 

@@ -31,10 +31,21 @@ pub use oom_trial::shell_word;
 /// How to call this program in a line the user can paste: the path it was started by when that
 /// was a path (`target/release/oom-bisect`), else its name.
 pub fn program() -> String {
-    match std::env::args().next() {
+    match std::env::args_os()
+        .next()
+        .map(|a| a.to_string_lossy().into_owned())
+    {
         Some(a) if a.contains('/') => shell_word(&a),
         _ => "oom-bisect".into(),
     }
+}
+
+/// `text` on one line, as a comment or a log line may hold it: control characters (newlines
+/// included) and bidirectional overrides escaped, cut after `max` characters.
+pub fn one_line(text: &str, max: usize) -> String {
+    deeplab::config::printable(text, max)
+        .replace('\n', "\\n")
+        .replace('\t', "\\t")
 }
 
 /// `DeepLabV3+ resnet18 OS8, batch 4, 96×96, 21 classes, f32, SGD, attention ×4`.

@@ -114,7 +114,7 @@ impl Progress {
         }
         match &self.bar {
             Some(b) => b.println(s),
-            None => eprintln!("{s}"),
+            None => tell!("{s}"),
         }
     }
 

@@ -155,7 +155,10 @@ fn header(d: &Diagnosis, cx: &Context<'_>) -> String {
     s += &format!("oom-bisect: {}\n", cx.title);
     // What answers the trials: the user's command, or the built-in model under its memory model.
     let answered_by = match &cx.exec {
-        Some(command) => format!("every trial runs your command: {command}"),
+        Some(command) => format!(
+            "every trial runs your command: {}",
+            super::one_line(command, 400)
+        ),
         None => format!(
             "memory model {} ({}), {} training steps per trial",
             cx.memory_model.name(),

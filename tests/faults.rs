@@ -908,7 +908,7 @@ fn git_bisect_run_names_the_commit_that_brought_the_oom() {
     let fits = TINY.replace("batch = 2", "batch = 1");
     let c1 = commit(&fits, "fits");
     let _c2 = commit(&format!("{fits}\n[model]\n"), "a broken config");
-    let _c3 = commit(&TINY, "fixed, still fits");
+    let _c3 = commit(TINY, "fixed, still fits");
     let c4 = commit(&TINY.replace("batch = 2", "batch = 64"), "the OOM");
     let c5 = commit(&TINY.replace("batch = 2", "batch = 96"), "more of it");
     let trial = [

@@ -29,14 +29,6 @@ pub enum Backbone {
 }
 
 impl Backbone {
-    pub const ALL: [Backbone; 5] = [
-        Backbone::Resnet18,
-        Backbone::Resnet34,
-        Backbone::Resnet50,
-        Backbone::Resnet101,
-        Backbone::Resnet152,
-    ];
-
     /// Blocks per stage, as in torchvision's `resnet*` constructors.
     pub fn layers(self) -> [usize; 4] {
         match self {

@@ -249,3 +249,24 @@ fn estimated_parameters_are_the_built_models() {
         );
     }
 }
+
+/// `inspect`'s per-module column (the architecture's count, without building anything) is the
+/// built model's, module by module, with and without swaps.
+#[test]
+fn each_modules_parameters_are_the_built_models() {
+    let base = small(&["model.attention_heads=2", "model.aux_head=true"]);
+    for c in [
+        base.clone(),
+        base.with_overrides(&["model.identity=[\"aspp.branch1\", \"backbone.layer2.1\"]"])
+            .unwrap(),
+    ] {
+        let arch = Architecture::new(&c).unwrap();
+        let built = DeepLabV3Plus::<B>::new(arch.clone(), &Default::default()).params_by_module();
+        let estimated: Vec<(String, usize)> = arch
+            .params_by_module()
+            .into_iter()
+            .map(|(id, n)| (id, n as usize))
+            .collect();
+        assert_eq!(estimated, built);
+    }
+}

@@ -5,7 +5,7 @@ use crate::cli::{BenchArgs, BisectArgs, FaultArg, InspectArgs, TrialArgs};
 use crate::exit_codes::{self as code, user};
 use crate::files::{check_outputs, write_file};
 use crate::journal::Journal;
-use crate::oracle::{self, request, TrialOracle};
+use crate::oracle::{request, TrialOracle};
 use crate::output::{self, progress::Progress, report};
 use crate::settings::{BisectSettings, DeviceSettings, Workload};
 use crate::{experiment, space};
@@ -111,7 +111,7 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     let pool = Pool::new(
         st.dispatch.workers(&runner(&st.device)),
         progress.workers_view(&st.dispatch),
-        oracle::journal_on_finish(Arc::clone(&journal)),
+        crate::journal::journal_on_finish(Arc::clone(&journal)),
     );
     let mut oracle = TrialOracle::new(&w.config, &st.device, &pool, journal);
     let clock = WallClock(Instant::now());
@@ -122,7 +122,7 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
         &space,
         &st.search,
     );
-    let learned = std::mem::take(&mut *oracle.learned.lock().unwrap_or_else(|e| e.into_inner()));
+    let learned = std::mem::take(&mut *oom_trial::sync::lock(&oracle.learned));
     let (reports, resumed) = (learned.reports, learned.resumed);
     drop(oracle);
     let trials_finished = pool.finished();
@@ -243,7 +243,7 @@ fn report_run(args: &BisectArgs, run: &BisectRun) -> Result<i32> {
                 output::shell_word(&w.path.display().to_string())
             )
         });
-    let cx = report::Context {
+    let cx = output::context::Context {
         title: output::title(&w.config),
         backend: st.device.label(),
         memory_model: w.config.device.memory_model(),

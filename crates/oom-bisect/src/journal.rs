@@ -20,6 +20,7 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Entry {
@@ -45,7 +46,7 @@ impl Journal {
     /// loaded unless `fresh`.
     pub fn open(path: &Path, experiment: &str, fresh: bool) -> Result<Journal> {
         let mut file = crate::files::open_append(path)?;
-        lock(&file, path)?;
+        lock_file(&file, path)?;
         terminate_last_line(&mut file, path).map_err(|e| {
             user(
                 code::UNWRITABLE,
@@ -96,8 +97,25 @@ impl Journal {
     }
 }
 
+/// A trial as the pool knows it: the candidate, its attempt, and the config's canonical key (what
+/// the journal files it under).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Job {
+    pub candidate: Candidate,
+    pub attempt: u32,
+    pub key: String,
+}
+
+/// The pool's journal hook: every trial is journaled on the worker that ran it, the moment it ends,
+/// whether the search has asked for it yet or not; nothing measured is lost to an interruption.
+pub fn journal_on_finish(journal: Arc<Mutex<Journal>>) -> oom_trial::pool::OnFinish<Job> {
+    Box::new(move |job: &Job, report: &TrialReport| {
+        oom_trial::sync::lock(&journal).append(&job.key, job.attempt, &job.candidate, report)
+    })
+}
+
 /// Refuses a journal another run is appending to (both would run every trial).
-fn lock(file: &File, path: &Path) -> Result<()> {
+fn lock_file(file: &File, path: &Path) -> Result<()> {
     // SAFETY: flock on a descriptor we own; the lock lives as long as the file stays open.
     let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if r == 0 {

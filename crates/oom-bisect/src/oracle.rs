@@ -3,10 +3,11 @@
 //! will need ahead, on idle workers), and every new trial is journaled the moment it ends. Which
 //! workers answer is the caller's choice; nothing here spawns.
 
-use crate::journal::Journal;
+use crate::journal::{Job, Journal};
 use crate::settings::DeviceSettings;
 use deeplab::Config;
 use oom_search::{Candidate, Measurement, Oracle, Outcome};
+use oom_trial::sync::lock;
 use oom_trial::{Fault, Pool, Request, TrialOutcome, TrialReport};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -38,33 +39,12 @@ pub fn measurement(r: &TrialReport) -> Measurement {
     Measurement {
         outcome,
         peak_bytes: r.peak_bytes,
-        failed_at_bytes: crate::output::memory::failed_at(r),
+        failed_at_bytes: r.failed_at(),
         peak_in_use_bytes: r.peak_in_use_bytes,
         base_bytes: r.base_bytes,
         note,
         replayed: false,
     }
-}
-
-/// A trial as the pool knows it: the candidate, its attempt, and the config's canonical key (what
-/// the journal files it under).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Job {
-    pub candidate: Candidate,
-    pub attempt: u32,
-    pub key: String,
-}
-
-/// The pool's journal hook: every trial is journaled on the worker that ran it, the moment it ends,
-/// whether the search has asked for it yet or not; nothing measured is lost to an interruption.
-pub fn journal_on_finish(journal: Arc<Mutex<Journal>>) -> oom_trial::pool::OnFinish<Job> {
-    Box::new(move |job: &Job, report: &TrialReport| {
-        lock(&journal).append(&job.key, job.attempt, &job.candidate, report)
-    })
-}
-
-fn lock(j: &Mutex<Journal>) -> MutexGuard<'_, Journal> {
-    j.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// What every handle on the trials (the oracle and its forks) adds to.
@@ -148,7 +128,7 @@ impl TrialOracle<'_> {
     }
 
     fn learned(&self) -> MutexGuard<'_, Learned> {
-        self.learned.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.learned)
     }
 }
 

@@ -85,7 +85,17 @@ impl DeviceSettings {
         let mut notes = vec![];
         let (backend, device_name) = resolve_backend(args, config, &engine, &mut notes)?;
         let (ceiling, ceiling_arg) = choose_ceiling(args, config)?;
-        let ceiling_bytes = check_ceiling(ceiling, backend, &engine, device_name.as_deref())?;
+        let card = ceiling_arg
+            .as_deref()
+            .is_some_and(|a| a.starts_with("--gpu"));
+        let (ceiling, ceiling_bytes) = check_ceiling(
+            ceiling,
+            card,
+            backend,
+            &engine,
+            device_name.as_deref(),
+            &mut notes,
+        )?;
         if backend == BackendKind::Cpu && ceiling == Ceiling::None {
             notes.push(
                 "no memory ceiling given; the CPU backend will use all host memory \
@@ -312,19 +322,29 @@ fn parse_ceiling(kind: CeilingKind, value: &str, name: &str) -> Result<Ceiling> 
     }
 }
 
-/// The ceiling in bytes where it can be known now, refusing one larger than the device or host.
+/// A card's memory as sold is a little more than what CUDA counts of it (an H200's "141 GB" is
+/// 139.8 GiB to CUDA): a `--gpu` card up to this share larger than the device is the device itself.
+const SAME_CARD_MARGIN: u64 = 50;
+
+/// The ceiling, and its bytes where they can be known now, refusing one larger than the device or
+/// host. A `--gpu` card (`card`) a little larger than the device is taken as the whole device.
 fn check_ceiling(
     ceiling: Ceiling,
+    card: bool,
     backend: BackendKind,
     engine: &Engine,
     device_name: Option<&str>,
-) -> Result<Option<u64>> {
+    notes: &mut Vec<String>,
+) -> Result<(Ceiling, Option<u64>)> {
     let (total, what) = match (engine, backend) {
         (Engine::Estimate, _) => {
-            return Ok(match ceiling {
-                Ceiling::Bytes(b) => Some(b),
-                _ => None,
-            })
+            return Ok((
+                ceiling,
+                match ceiling {
+                    Ceiling::Bytes(b) => Some(b),
+                    _ => None,
+                },
+            ))
         }
         (_, BackendKind::Cuda) => {
             let total = oom_trial::cuda_total_bytes().map_err(|e| {
@@ -341,6 +361,16 @@ fn check_ceiling(
         (_, BackendKind::Cpu) => (oom_trial::host_total(), "this host's memory".to_string()),
     };
     if let Ceiling::Bytes(b) = ceiling {
+        let same_card = card && backend == BackendKind::Cuda;
+        if same_card && b > total && b - total <= total / SAME_CARD_MARGIN {
+            notes.push(format!(
+                "the card's {} as sold are {} as CUDA counts this device: the ceiling is the whole \
+                 device",
+                fmt_bytes(b),
+                fmt_bytes(total)
+            ));
+            return Ok((Ceiling::None, Some(total)));
+        }
         if b > total {
             return Err(user(
                 code::BAD_CEILING,
@@ -353,7 +383,7 @@ fn check_ceiling(
             ));
         }
     }
-    Ok(Some(ceiling.bytes(total)))
+    Ok((ceiling, Some(ceiling.bytes(total))))
 }
 
 /// Everything a diagnosis runs on.

@@ -191,6 +191,20 @@ pub struct Diagnosis {
     pub budget_exhausted: bool,
 }
 
+impl Diagnosis {
+    /// The last fit and first out-of-memory of the axis named `axis`, when it has a boundary.
+    pub fn boundary(&self, axis: &str) -> Option<(&crate::Probe, &crate::Probe)> {
+        match &self.axes.iter().find(|a| a.axis == axis)?.verdict {
+            AxisVerdict::Boundary {
+                last_fit,
+                first_oom,
+                ..
+            } => Some((last_fit, first_oom)),
+            _ => None,
+        }
+    }
+}
+
 /// About how many trials a diagnosis of an original that runs out of memory takes, for progress:
 /// each axis as plain bisection plus its confirmations, every fix and module item, and a dozen for
 /// the modules' reduction and the minimal failing configuration. Not a promise: predictions often

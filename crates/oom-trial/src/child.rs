@@ -6,13 +6,15 @@
 //! cannot be reset. A fresh process is the only clean slate, and a dead one cannot lie.
 
 use crate::classify::{classify_message, MessageKind};
-use crate::protocol::{exit, BackendKind, ChildEvent, Engine, Fault, Location, Request};
+use crate::emit::{emit, since_start};
+use crate::faults::inject;
+use crate::protocol::{exit, BackendKind, ChildEvent, Engine, Location, Request};
 use anyhow::{anyhow, bail, Result};
 use burn::backend::autodiff::checkpoint::strategy::BalancedCheckpointing;
 use burn::backend::{Autodiff, Flex};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::DType;
-use deeplab::{ids, Config, Phase, Point, Precision, Trainer};
+use deeplab::{Config, Phase, Point, Precision, Trainer};
 use std::io::Write;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,24 +25,9 @@ use std::time::{Duration, Instant};
 #[cfg(feature = "cuda")]
 const MEMORY_MODEL_ENV: &str = "OOM_BISECT_MEMORY_MODEL";
 
-/// When this child started; every event carries the seconds since.
-static STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-
-pub(crate) fn since_start() -> f64 {
-    STARTED.get_or_init(Instant::now).elapsed().as_secs_f64()
-}
-
 static PANICKED: AtomicBool = AtomicBool::new(false);
 /// The first panic's message, for the exit code.
 static FIRST_PANIC: Mutex<Option<String>> = Mutex::new(None);
-
-/// Writes one event line and flushes, so that it survives the process dying right after.
-pub fn emit(e: &ChildEvent) {
-    let line = serde_json::to_string(e).expect("events serialise");
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{line}");
-    let _ = out.flush();
-}
 
 fn panic_exit_code() -> i32 {
     let first = FIRST_PANIC.lock().map(|g| g.clone()).unwrap_or(None);
@@ -110,7 +97,7 @@ fn die_with_parent() {
 
 /// Runs the child: reads the request, runs the trial, returns the exit code.
 pub fn main(request: &str) -> i32 {
-    STARTED.get_or_init(Instant::now);
+    crate::emit::start_clock();
     die_with_parent();
     install_panic_hook();
     emit(&ChildEvent::Place(crate::protocol::Place::here()));
@@ -308,29 +295,6 @@ fn fusion_enabled() -> Result<bool> {
 #[cfg(not(feature = "cuda"))]
 fn run_cuda(_: &Config, _: &Request) -> Result<()> {
     bail!("this binary was built without the `cuda` feature")
-}
-
-fn inject(fault: &Option<Fault>, stage: &str) {
-    match (fault, stage) {
-        (Some(Fault::Sleep), ids::STEM) => {
-            // A grandchild that must die with us: the parent kills the whole process group.
-            let _ = std::process::Command::new("sleep").arg("6017").spawn();
-            std::thread::sleep(Duration::from_secs(600));
-        }
-        (Some(Fault::BrokenModule), ids::ASPP) => {
-            panic!("deliberately broken module: this layer always fails")
-        }
-        (Some(Fault::DeviceThreadOom), ids::STEM) => {
-            // burn-cuda's shape of an OOM: a panic on the device-runner thread, the caller unharmed.
-            let _ = std::thread::Builder::new()
-                .name("DSD-0-0".into())
-                .spawn(|| {
-                    panic!("called `Result::unwrap()` on an `Err` value: can't allocate buffer of size: 42949672960")
-                })
-                .and_then(|h| h.join().map_err(|_| std::io::Error::other("joined")));
-        }
-        _ => {}
-    }
 }
 
 fn train<B: AutodiffBackend + deeplab::pytorch::PytorchOps>(

@@ -1,7 +1,7 @@
 //! The CUDA ceiling: before burn touches the device, allocate "ballast" so that exactly the ceiling is
 //! left to the trial, and the driver's own out-of-memory fires there. Measured on the H200: after
 //! `cuMemAlloc` of the free memory minus 8 GiB in 1 GiB chunks, `cuMemGetInfo` reported 8.00 GiB free
-//! and burn's allocations failed at that ceiling (shared/GPU.md).
+//! and burn's allocations failed at that ceiling (docs/gpu-results.md).
 
 use crate::protocol::Ceiling;
 use anyhow::{bail, Context, Result};

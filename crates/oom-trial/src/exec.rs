@@ -18,7 +18,7 @@
 mod config_file;
 mod contain;
 
-use crate::child::{emit, since_start};
+use crate::emit::{emit, since_start};
 use crate::lines::{read_lines, MAX_LINE};
 use crate::protocol::{BackendKind, ChildEvent, Exited, Location, Request};
 use anyhow::{Context as _, Result};
@@ -100,7 +100,7 @@ pub fn run(req: &Request, command: &str) -> Result<()> {
         now = held.now();
         peak.sampled = peak.sampled.max(now);
         lines.try_iter().for_each(|f| peak.take(f, now));
-        if ticks % 10 == 0 {
+        if ticks.is_multiple_of(10) {
             contain.observe();
         }
         ticks += 1;

@@ -2,6 +2,7 @@
 //! and decoded lossily (a command may print invalid UTF-8, a 20 MB line or 100 MB of short ones),
 //! and a bounded tail of the last lines for classification and error messages.
 
+use crate::sync::lock;
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read};
 use std::sync::{mpsc, Arc, Mutex};
@@ -133,11 +134,6 @@ impl Drain {
         let text = lock(&self.tail).text();
         text
     }
-}
-
-/// A lock that a panicked holder did not poison for us: a tail is only ever appended to.
-fn lock(t: &Mutex<Tail>) -> std::sync::MutexGuard<'_, Tail> {
-    t.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

@@ -117,6 +117,22 @@ pub struct TrialReport {
 }
 
 impl TrialReport {
+    /// What was in use when it ran out of memory: the failure's own figure (`true`), else the last
+    /// reading before it (`false`, a lower bound).
+    pub fn in_use_at_oom(&self) -> Option<(u64, bool)> {
+        let oom = self.oom.as_ref()?;
+        match oom.in_use_bytes {
+            Some(b) => Some((b, true)),
+            None => self.stages.last().map(|s| (s.in_use_bytes, false)),
+        }
+    }
+
+    /// In use at an out-of-memory failure plus the request that failed, where known.
+    pub fn failed_at(&self) -> Option<u64> {
+        let (in_use, _) = self.in_use_at_oom()?;
+        Some(in_use + self.oom.as_ref().and_then(|o| o.bytes).unwrap_or(0))
+    }
+
     /// A report with nothing measured yet.
     fn empty(exit: ChildExit, wall_seconds: f64) -> TrialReport {
         TrialReport {

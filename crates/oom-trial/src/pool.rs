@@ -87,8 +87,7 @@ struct Shared<K> {
 
 impl<K> Shared<K> {
     fn lock(&self) -> MutexGuard<'_, State<K>> {
-        // A worker that panicked holds no invariant the others rely on: go on with its state.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.state)
     }
 }
 

@@ -3,7 +3,7 @@
 //! that fit, and what became of each suspect of the forum thread. Every sentence restates a trial
 //! printed further down; nothing here is measured or guessed anew.
 
-use super::report::Context;
+use super::context::Context;
 use oom_search::{AxisVerdict, Diagnosis, FixResult, ModulesVerdict, Outcome};
 use oom_trial::fmt_bytes;
 
@@ -119,15 +119,8 @@ fn what_fits(d: &Diagnosis) -> Vec<String> {
 
 /// `(last fit, first OOM)` labels of the axis named `axis`, when it has a boundary.
 fn boundary(d: &Diagnosis, axis: &str) -> Option<(String, String)> {
-    let a = d.axes.iter().find(|a| a.axis == axis)?;
-    match &a.verdict {
-        AxisVerdict::Boundary {
-            last_fit,
-            first_oom,
-            ..
-        } => Some((last_fit.label.clone(), first_oom.label.clone())),
-        _ => None,
-    }
+    d.boundary(axis)
+        .map(|(fit, oom)| (fit.label.clone(), oom.label.clone()))
 }
 
 /// Each suspect of the thread: a cause (with the boundary), ruled out (with the trial), or not

@@ -4,7 +4,7 @@
 //! is a trial of this diagnosis; nothing is interpolated. Plots are drawn by plotters' SVG backend;
 //! their text is left to the browser's fonts.
 
-use super::report::Context;
+use super::context::Context;
 use oom_search::{Diagnosis, Measurement, Outcome};
 use oom_trial::fmt_bytes;
 use plotters::prelude::*;

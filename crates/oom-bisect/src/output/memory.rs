@@ -131,26 +131,10 @@ pub fn need_text(need: &TrialReport, ceiling: u64) -> String {
     }
 }
 
-/// What was in use when an out-of-memory trial failed: the framework's own figure where its
-/// message gives one (exact), else the last reading before the failure (a lower bound).
-pub fn in_use_at_oom(r: &TrialReport) -> Option<(u64, bool)> {
-    let oom = r.oom.as_ref()?;
-    match oom.in_use_bytes {
-        Some(b) => Some((b, true)),
-        None => r.stages.last().map(|s| (s.in_use_bytes, false)),
-    }
-}
-
-/// In use at an out-of-memory failure plus the request that failed, where known.
-pub fn failed_at(r: &TrialReport) -> Option<u64> {
-    let (in_use, _) = in_use_at_oom(r)?;
-    Some(in_use + r.oom.as_ref().and_then(|o| o.bytes).unwrap_or(0))
-}
-
 /// "171.0 MiB in use + 9.0 MiB" ("≥171.0 MiB in use" where only a reading before the failure is
 /// known), for the lines of trials that ran out of memory.
 pub fn oom_text(r: &TrialReport) -> String {
-    let Some((in_use, exact)) = in_use_at_oom(r) else {
+    let Some((in_use, exact)) = r.in_use_at_oom() else {
         return "OOM".into();
     };
     let asked = r

@@ -3,6 +3,7 @@
 //! formats; the commands orchestrate.
 
 pub mod bench;
+pub mod context;
 pub mod diagnosis;
 pub mod html;
 pub mod inspect;
@@ -27,6 +28,25 @@ pub fn count(n: u64) -> String {
 }
 
 pub use oom_trial::shell_word;
+
+/// How an outcome is written in every table and progress line: `fits`, `OOM`, `??`.
+pub fn outcome_word(o: oom_search::Outcome) -> &'static str {
+    match o {
+        oom_search::Outcome::Fits => "fits",
+        oom_search::Outcome::Oom => "OOM",
+        oom_search::Outcome::Inconclusive => "??",
+    }
+}
+
+/// A measurement in a table row: `fits   peak 1.2 GiB`, `OOM`, or `??     why`.
+pub fn outcome_cell(m: &oom_search::Measurement) -> String {
+    use oom_search::Outcome;
+    match (m.outcome, m.peak_bytes) {
+        (Outcome::Fits, Some(p)) => format!("fits   peak {}", oom_trial::fmt_bytes(p)),
+        (Outcome::Inconclusive, _) => format!("??     {}", m.note),
+        (o, _) => outcome_word(o).to_string(),
+    }
+}
 
 /// How to call this program in a line the user can paste: the path it was started by when that
 /// was a path (`target/release/oom-bisect`), else its name.

@@ -3,14 +3,14 @@
 //! the lines also go to a non-terminal stderr (logs); `--quiet` silences both. stdout carries data.
 
 use crate::dispatch::Dispatch;
-use crate::oracle::Job;
+use crate::journal::Job;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use oom_search::{Candidate, Event, Outcome};
 use oom_trial::fmt_bytes;
 use oom_trial::pool::OnStart;
 use std::collections::HashMap;
 use std::io::IsTerminal;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub struct Progress {
@@ -161,11 +161,7 @@ impl Progress {
                     }
                     b.set_position(self.done as u64);
                 }
-                let outcome = match measurement.outcome {
-                    Outcome::Fits => "fits",
-                    Outcome::Oom => "OOM ",
-                    Outcome::Inconclusive => "??  ",
-                };
+                let outcome = format!("{:<4}", super::outcome_word(measurement.outcome));
                 // An OOM's figure is what it tried to hold, never the lower peak before it failed.
                 let peak = match measurement.outcome {
                     Outcome::Oom => measurement
@@ -199,9 +195,7 @@ impl Progress {
     }
 }
 
-fn lock(b: &Mutex<Board>) -> MutexGuard<'_, Board> {
-    b.lock().unwrap_or_else(|e| e.into_inner())
-}
+use oom_trial::sync::lock;
 
 /// Why a trial runs, in words: `batch` for a probe of the batch axis; with `--verbose`, the interval
 /// the search is narrowing (`batch in (1, 4]`).

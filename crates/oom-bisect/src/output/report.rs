@@ -2,77 +2,11 @@
 //! boundaries with measured peaks on both sides, where memory crosses the ceiling, the modules, the
 //! fixes that fit, the minimal failing configuration, and the line that reproduces it.
 
+use super::context::Context;
 use super::memory;
-use oom_search::{
-    AxisSearch, AxisVerdict, Candidate, Diagnosis, Minimal, ModulesVerdict, Outcome, Probe,
-};
-use oom_trial::{fmt_bytes, TrialReport};
+use oom_search::{AxisSearch, AxisVerdict, Diagnosis, Minimal, ModulesVerdict, Outcome, Probe};
+use oom_trial::fmt_bytes;
 use serde_json::{json, Value};
-use std::collections::HashMap;
-
-/// What the report needs besides the diagnosis.
-pub struct Context<'a> {
-    pub title: String,
-    pub backend: String,
-    /// The memory model in force (`device.memory_model`).
-    pub memory_model: deeplab::MemoryModel,
-    /// Training steps per trial (`train.steps`, or its default for the memory model).
-    pub steps: usize,
-    /// Every trial's report, by candidate and attempt (the details behind the measurements).
-    pub reports: &'a HashMap<(Candidate, u32), TrialReport>,
-    /// The configuration diagnosed (under `--exec`, what the user's command was given).
-    pub config: &'a deeplab::Config,
-    pub minimal_path: Option<String>,
-    pub minimal_config: Option<toml::Table>,
-    pub reproduce: Option<String>,
-    pub journal: Option<String>,
-    pub resumed: usize,
-    pub wall_seconds: f64,
-    pub fake: bool,
-    /// `--exec`: the user's command that answered every trial.
-    pub exec: Option<String>,
-    /// `--verbose`: developer detail (plain-bisection counts, 1-minimality).
-    pub verbose: bool,
-    /// What the user must know to read the results (printed under the header).
-    pub notes: Vec<String>,
-}
-
-impl Context<'_> {
-    /// The report of a candidate's first run.
-    pub fn report(&self, c: &Candidate) -> Option<&TrialReport> {
-        self.reports.get(&(c.clone(), 0))
-    }
-
-    pub fn original_report(&self) -> Option<&TrialReport> {
-        self.report(&Candidate::original())
-    }
-
-    /// What the peak of the whole run is made of (built-in model only: under `--exec` the model is
-    /// the user's, whose parameters we do not know).
-    pub fn breakdown(&self) -> Option<Vec<memory::Part>> {
-        if self.exec.is_some() {
-            return None;
-        }
-        memory::breakdown(self.whole_run()?.0, self.config)
-    }
-
-    fn need_report(&self) -> Option<&TrialReport> {
-        self.report(&Candidate::original().without_ceiling())
-    }
-
-    /// The run whose memory the breakdown splits: the original without the ceiling when it ran
-    /// out of memory under it, else the original itself (when it fits).
-    pub fn whole_run(&self) -> Option<(&TrialReport, &'static str)> {
-        let fits = |r: &&TrialReport| r.outcome == oom_trial::TrialOutcome::Fits;
-        match self.need_report().filter(fits) {
-            Some(r) => Some((r, "the original without the ceiling")),
-            None => self
-                .original_report()
-                .filter(fits)
-                .map(|r| (r, "the original")),
-        }
-    }
-}
 
 /// A probe's figure: the peak of one that fits, what was in use when one ran out of memory.
 fn peak(p: &Probe, cx: &Context<'_>) -> String {
@@ -220,17 +154,6 @@ fn where_the_memory_is(cx: &Context<'_>) -> String {
 }
 
 /// The boundary of the axis named `axis`, when it has one.
-fn boundary_of<'a>(d: &'a Diagnosis, axis: &str) -> Option<(&'a Probe, &'a Probe)> {
-    match &d.axes.iter().find(|a| a.axis == axis)?.verdict {
-        AxisVerdict::Boundary {
-            last_fit,
-            first_oom,
-            ..
-        } => Some((last_fit, first_oom)),
-        _ => None,
-    }
-}
-
 fn boundaries(d: &Diagnosis, cx: &Context<'_>) -> String {
     let mut s = String::new();
     if !d.axes.is_empty() {
@@ -238,7 +161,7 @@ fn boundaries(d: &Diagnosis, cx: &Context<'_>) -> String {
         for a in &d.axes {
             s += &format!("{}\n", boundary_row(a, cx));
         }
-        if let Some((fit, oom)) = boundary_of(d, "depth") {
+        if let Some((fit, oom)) = d.boundary("depth") {
             s += &format!(
                 "\nWhere memory crosses the ceiling: the model still fits truncated after {} ({}), and runs out \
                  of memory once {} is included.\n",
@@ -247,7 +170,7 @@ fn boundaries(d: &Diagnosis, cx: &Context<'_>) -> String {
                 oom.label
             );
         }
-        if let Some((fit, oom)) = boundary_of(d, "phase") {
+        if let Some((fit, oom)) = d.boundary("phase") {
             let why = match oom.label.as_str() {
                 "backward" => "the tensors saved for backward and the gradients",
                 "step" => "the optimizer state",
@@ -322,13 +245,11 @@ fn module_costs(d: &Diagnosis) -> String {
     });
     let mut s = "  each module swapped alone for identity:\n".to_string();
     for c in rows {
-        let what = match (c.measurement.outcome, c.measurement.peak_bytes) {
-            (Outcome::Fits, Some(p)) => format!("fits   peak {}", fmt_bytes(p)),
-            (Outcome::Fits, None) => "fits".to_string(),
-            (Outcome::Oom, _) => "OOM".to_string(),
-            (Outcome::Inconclusive, _) => format!("??     {}", c.measurement.note),
-        };
-        s += &format!("    {:<28} {what}\n", c.label);
+        s += &format!(
+            "    {:<28} {}\n",
+            c.label,
+            super::outcome_cell(&c.measurement)
+        );
     }
     s
 }
@@ -345,15 +266,11 @@ fn fixes(d: &Diagnosis) -> String {
         Outcome::Inconclusive => 2,
     });
     for f in fixes {
-        let what = match f.measurement.outcome {
-            Outcome::Fits => format!(
-                "fits   peak {}",
-                f.measurement.peak_bytes.map(fmt_bytes).unwrap_or_default()
-            ),
-            Outcome::Oom => "OOM".into(),
-            Outcome::Inconclusive => format!("??     {}", f.measurement.note),
-        };
-        s += &format!("  {:<40} {what}\n", f.change);
+        s += &format!(
+            "  {:<40} {}\n",
+            f.change,
+            super::outcome_cell(&f.measurement)
+        );
     }
     s
 }

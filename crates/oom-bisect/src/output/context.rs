@@ -1,0 +1,72 @@
+//! What every part of the report reads besides the diagnosis: the run's settings, every trial's
+//! report, and the questions asked of them in more than one place (the original's report, the run
+//! whose peak is split into parts).
+
+use super::memory;
+use oom_search::Candidate;
+use oom_trial::TrialReport;
+use std::collections::HashMap;
+
+/// What the report needs besides the diagnosis.
+pub struct Context<'a> {
+    pub title: String,
+    pub backend: String,
+    /// The memory model in force (`device.memory_model`).
+    pub memory_model: deeplab::MemoryModel,
+    /// Training steps per trial (`train.steps`, or its default for the memory model).
+    pub steps: usize,
+    /// Every trial's report, by candidate and attempt (the details behind the measurements).
+    pub reports: &'a HashMap<(Candidate, u32), TrialReport>,
+    /// The configuration diagnosed (under `--exec`, what the user's command was given).
+    pub config: &'a deeplab::Config,
+    pub minimal_path: Option<String>,
+    pub minimal_config: Option<toml::Table>,
+    pub reproduce: Option<String>,
+    pub journal: Option<String>,
+    pub resumed: usize,
+    pub wall_seconds: f64,
+    pub fake: bool,
+    /// `--exec`: the user's command that answered every trial.
+    pub exec: Option<String>,
+    /// `--verbose`: developer detail (plain-bisection counts, 1-minimality).
+    pub verbose: bool,
+    /// What the user must know to read the results (printed under the header).
+    pub notes: Vec<String>,
+}
+
+impl Context<'_> {
+    /// The report of a candidate's first run.
+    pub fn report(&self, c: &Candidate) -> Option<&TrialReport> {
+        self.reports.get(&(c.clone(), 0))
+    }
+
+    pub fn original_report(&self) -> Option<&TrialReport> {
+        self.report(&Candidate::original())
+    }
+
+    /// What the peak of the whole run is made of (built-in model only: under `--exec` the model is
+    /// the user's, whose parameters we do not know).
+    pub fn breakdown(&self) -> Option<Vec<memory::Part>> {
+        if self.exec.is_some() {
+            return None;
+        }
+        memory::breakdown(self.whole_run()?.0, self.config)
+    }
+
+    pub fn need_report(&self) -> Option<&TrialReport> {
+        self.report(&Candidate::original().without_ceiling())
+    }
+
+    /// The run whose memory the breakdown splits: the original without the ceiling when it ran
+    /// out of memory under it, else the original itself (when it fits).
+    pub fn whole_run(&self) -> Option<(&TrialReport, &'static str)> {
+        let fits = |r: &&TrialReport| r.outcome == oom_trial::TrialOutcome::Fits;
+        match self.need_report().filter(fits) {
+            Some(r) => Some((r, "the original without the ceiling")),
+            None => self
+                .original_report()
+                .filter(fits)
+                .map(|r| (r, "the original")),
+        }
+    }
+}

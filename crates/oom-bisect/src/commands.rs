@@ -185,7 +185,7 @@ fn minimal_file(run: &BisectRun) -> Option<MinimalFile> {
     let (st, d) = (&run.settings, &run.diagnosis);
     let m = d.minimal_failing.as_ref()?;
     let w = &st.workload;
-    let mut c = w.config.with_overrides(&m.candidate.to_sets()).ok()?;
+    let (mut c, _) = crate::candidate::resolve(&w.config, &m.candidate).ok()?;
     // The file reproduces on its own: the backend and the ceiling in force are written in.
     c.device = deeplab::DeviceConfig {
         backend: Some(st.device.backend.name().to_string()),
@@ -300,11 +300,8 @@ fn refusals(base: &deeplab::Config, d: &oom_search::Diagnosis) -> Vec<String> {
         .iter()
         .filter(|t| t.measurement.outcome == Outcome::Fits)
     {
-        let arch = base
-            .with_overrides(&t.candidate.to_sets())
-            .ok()
-            .and_then(|c| Architecture::new(&c).ok());
-        if let Some(why) = arch.and_then(|a| a.pytorch_refusal()) {
+        let arch = crate::candidate::resolve(base, &t.candidate).ok();
+        if let Some(why) = arch.and_then(|(_, a)| a.pytorch_refusal()) {
             if !notes.iter().any(|n| n.contains(&why)) {
                 notes.push(format!("{} fits here, but {why}", t.candidate));
             }

@@ -25,6 +25,7 @@ macro_rules! tell {
     }};
 }
 
+mod candidate;
 mod cli;
 mod commands;
 mod dispatch;
@@ -33,10 +34,12 @@ mod experiment;
 mod files;
 mod gpus;
 mod journal;
+mod kinds;
 mod oracle;
 mod output;
 mod settings;
 mod space;
+mod toml_value;
 
 use clap::Parser as _;
 use cli::{Cli, Command};

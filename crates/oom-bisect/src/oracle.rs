@@ -104,11 +104,8 @@ impl TrialOracle<'_> {
     /// Where the result of `candidate`'s `attempt` comes from, or why it is not a valid
     /// configuration.
     fn answer(&self, candidate: &Candidate, attempt: u32) -> Result<Answer, String> {
-        let config = self
-            .base
-            .with_overrides(&candidate.to_sets())
-            .map_err(|e| e.to_string())?;
-        deeplab::Architecture::new(&config).map_err(|e| e.to_string())?;
+        let (config, _) =
+            crate::candidate::resolve(self.base, candidate).map_err(|e| e.to_string())?;
         let mut key = config.canonical_key();
         let mut req = request(&config, self.device, None);
         if candidate.unbounded {

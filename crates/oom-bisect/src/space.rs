@@ -3,25 +3,33 @@
 //! alone, then ddmin when none alone fits).
 
 use crate::cli::Step;
-use deeplab::{ids, Architecture, Config, LossResolution, Optimizer, Phase, Precision};
+use crate::kinds::{AxisKind, FixKind};
+use crate::toml_value;
+use deeplab::{ids, Architecture, Config, Phase};
 use oom_search::{Axis, AxisValue, Fix, ModuleItem, Modules, Space};
+
+/// An axis of `kind`, its words from the kind.
+fn axis(kind: AxisKind, values: Vec<AxisValue>, original: usize, fine: Vec<AxisValue>) -> Axis {
+    Axis {
+        name: kind.name().into(),
+        noun: kind.noun().into(),
+        fix: kind.fix().map(String::from),
+        key: kind.key().into(),
+        values,
+        original,
+        fine,
+    }
+}
 
 fn value(value: String, label: String, x: Option<f64>) -> AxisValue {
     AxisValue { value, label, x }
 }
 
 fn batch_axis(config: &Config, upto: usize) -> Axis {
-    Axis {
-        name: "batch".into(),
-        noun: "batch dimension".into(),
-        fix: Some("largest batch that fits".into()),
-        key: "data.batch".into(),
-        values: (1..=upto)
-            .map(|b| value(b.to_string(), b.to_string(), Some(b as f64)))
-            .collect(),
-        original: config.data.batch - 1,
-        fine: vec![],
-    }
+    let values = (1..=upto)
+        .map(|b| value(b.to_string(), b.to_string(), Some(b as f64)))
+        .collect();
+    axis(AxisKind::Batch, values, config.data.batch - 1, vec![])
 }
 
 /// Input sizes that are multiples of `m` with the aspect ratio kept, from `m` up to `max_side` (or
@@ -70,15 +78,7 @@ fn size_axis(config: &Config, max_side: usize) -> Axis {
         .iter()
         .position(|s| *s == config.data.size)
         .expect("configured size present");
-    Axis {
-        name: "size".into(),
-        noun: "input size".into(),
-        fix: Some("largest input size that fits".into()),
-        key: "data.size".into(),
-        values: size_values(&coarse),
-        original,
-        fine,
-    }
+    axis(AxisKind::Size, size_values(&coarse), original, fine)
 }
 
 fn stride_axis(config: &Config) -> Axis {
@@ -86,73 +86,56 @@ fn stride_axis(config: &Config) -> Axis {
         .into_iter()
         .filter(|s| *s >= config.model.output_stride)
         .collect();
-    Axis {
-        name: "stride".into(),
-        noun: "output stride".into(),
-        fix: None,
-        key: "model.output_stride".into(),
-        original: values.len() - 1,
-        values: values
-            .iter()
-            .map(|s| value(s.to_string(), format!("OS{s}"), None))
-            .collect(),
-        fine: vec![],
-    }
+    let original = values.len() - 1;
+    let values = values
+        .iter()
+        .map(|s| value(s.to_string(), format!("OS{s}"), None))
+        .collect();
+    axis(AxisKind::Stride, values, original, vec![])
 }
 
 fn depth_axis(config: &Config, arch: &Architecture) -> Axis {
     let last = arch.stages.len() - 1;
-    Axis {
-        name: "depth".into(),
-        noun: "depth of the model".into(),
-        fix: None,
-        key: "model.truncate_after".into(),
-        values: arch
-            .stages
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let label = ids::short(&s.id).to_string();
-                let label = if i == last {
-                    format!("{label} (whole model)")
-                } else {
-                    label
-                };
-                value(format!("\"{}\"", s.id), label, None)
-            })
-            .collect(),
-        original: config
-            .model
-            .truncate_after
-            .as_ref()
-            .map(|t| arch.stage_index(t))
-            .unwrap_or(last),
-        fine: vec![],
-    }
+    let values = arch
+        .stages
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let label = ids::short(&s.id).to_string();
+            let label = if i == last {
+                format!("{label} (whole model)")
+            } else {
+                label
+            };
+            value(toml_value::string(&s.id), label, None)
+        })
+        .collect();
+    let original = config
+        .model
+        .truncate_after
+        .as_ref()
+        .map(|t| arch.stage_index(t))
+        .unwrap_or(last);
+    axis(AxisKind::Depth, values, original, vec![])
 }
 
 fn phase_axis(config: &Config) -> Axis {
-    Axis {
-        name: "phase".into(),
-        noun: "phase of the step".into(),
-        fix: None,
-        key: "train.phase".into(),
-        values: Phase::ALL
-            .iter()
-            .map(|p| value(format!("\"{}\"", p.name()), p.name().into(), None))
-            .collect(),
-        original: Phase::ALL
-            .iter()
-            .position(|p| *p == config.train.phase)
-            .unwrap_or(2),
-        fine: vec![],
-    }
+    let values = Phase::ALL
+        .iter()
+        .map(|p| value(toml_value::string(p.name()), p.name().into(), None))
+        .collect();
+    let original = Phase::ALL
+        .iter()
+        .position(|p| *p == config.train.phase)
+        .unwrap_or(2);
+    axis(AxisKind::Phase, values, original, vec![])
 }
 
 /// Module items: the model's swap groups (later blocks of each layer together, every head module).
 fn module_items(arch: &Architecture) -> Modules {
     Modules {
         key: "model.identity".into(),
+        encode: |ids| toml_value::strings(ids),
         fixed: arch.identity.clone(),
         items: arch
             .swap_groups()
@@ -163,68 +146,16 @@ fn module_items(arch: &Architecture) -> Modules {
     }
 }
 
+/// The fixes that change `config`, least change to the training first.
 fn fixes(config: &Config) -> Vec<Fix> {
-    let mut f = vec![];
-    let mut add = |change: &str, sets: &[(&str, &str)]| {
-        f.push(Fix {
-            change: change.into(),
-            sets: sets
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+    FixKind::ALL
+        .into_iter()
+        .filter(|k| k.applies(config))
+        .map(|k| Fix {
+            change: k.label().into(),
+            sets: k.sets(config),
         })
-    };
-    // In order of how little each changes the training: the numbers' precision, then recomputation,
-    // then the model's resolution, the loss, the model itself; the diagnosis ranks them so.
-    if config.train.precision == Precision::F32 {
-        // Mixed precision as PyTorch's autocast (f32 master weights) first: what users mean by
-        // "AMP"; then pure low precision, weights, gradients and optimizer state too.
-        add(
-            "mixed precision bf16",
-            &[("train.precision", "\"mixed-bf16\"")],
-        );
-        add(
-            "mixed precision f16",
-            &[("train.precision", "\"mixed-f16\"")],
-        );
-        add("pure bf16", &[("train.precision", "\"bf16\"")]);
-        add("pure f16", &[("train.precision", "\"f16\"")]);
-    }
-    if !config.train.checkpointing {
-        add("gradient checkpointing", &[("train.checkpointing", "true")]);
-    }
-    if config.model.output_stride == 8 {
-        add("output stride 16", &[("model.output_stride", "16")]);
-    }
-    if config.train.loss_resolution == LossResolution::Full {
-        add(
-            "quarter-resolution loss",
-            &[("train.loss_resolution", "\"quarter\"")],
-        );
-    }
-    if config.train.optimizer == Optimizer::Adamw {
-        add("SGD instead of AdamW", &[("train.optimizer", "\"sgd\"")]);
-    }
-    // The configured identity list plus one more module, as a TOML list.
-    let plus = |id: &str| {
-        let list: Vec<String> = config
-            .model
-            .identity
-            .iter()
-            .map(String::as_str)
-            .chain([id])
-            .map(|i| format!("\"{i}\""))
-            .collect();
-        format!("[{}]", list.join(", "))
-    };
-    let swapped = |id: &str| config.model.identity.iter().any(|i| i == id);
-    if config.model.attention_heads > 0 && !swapped(ids::ATTENTION) {
-        add("no attention", &[("model.identity", &plus(ids::ATTENTION))]);
-    }
-    if config.model.aux_head && !swapped(ids::AUX_HEAD) {
-        add("no aux head", &[("model.identity", &plus(ids::AUX_HEAD))]);
-    }
-    f
+        .collect()
 }
 
 /// The whole space for `steps` (all when empty).

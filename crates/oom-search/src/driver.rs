@@ -32,10 +32,12 @@ pub struct ModuleItem {
 }
 
 /// The modules ddmin works over.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct Modules {
     /// The config key of the identity list (`model.identity`).
     pub key: String,
+    /// Writes a list of ids as a value of `key`: the caller's syntax (the search writes none).
+    pub encode: fn(&[String]) -> String,
     /// Ids the original configuration already swaps.
     pub fixed: Vec<String>,
     pub items: Vec<ModuleItem>,
@@ -57,16 +59,14 @@ impl Modules {
         if ids == fixed {
             c.sets.remove(&self.key);
         } else {
-            let list: Vec<String> = ids.iter().map(|i| format!("\"{i}\"")).collect();
-            c.sets
-                .insert(self.key.clone(), format!("[{}]", list.join(", ")));
+            c.sets.insert(self.key.clone(), (self.encode)(&ids));
         }
         c
     }
 }
 
 /// Everything the search may vary, built by the caller from the configuration.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct Space {
     /// Monotone axes, values up to the original's.
     pub axes: Vec<Axis>,

@@ -462,6 +462,12 @@ impl Oracle for Workload {
     }
 }
 
+/// The identity list as the caller writes it.
+fn toml_list(ids: &[String]) -> String {
+    let list: Vec<String> = ids.iter().map(|i| format!("\"{i}\"")).collect();
+    format!("[{}]", list.join(", "))
+}
+
 fn space() -> Space {
     let batch = axis("batch", "data.batch", 8);
     let stride = Axis {
@@ -489,6 +495,7 @@ fn space() -> Space {
         }],
         modules: Modules {
             key: "model.identity".into(),
+            encode: toml_list,
             fixed: vec![],
             items: MODULES
                 .iter()
@@ -723,6 +730,7 @@ fn capacity_when_the_original_fits() {
         fixes: vec![],
         modules: Modules {
             key: "model.identity".into(),
+            encode: toml_list,
             fixed: vec![],
             items: vec![],
             unswappable: String::new(),

@@ -4,25 +4,9 @@
 //! printed further down; nothing here is measured or guessed anew.
 
 use super::context::Context;
+use crate::kinds::{self, AxisKind};
 use oom_search::{AxisVerdict, Diagnosis, FixResult, ModulesVerdict, Outcome};
 use oom_trial::fmt_bytes;
-
-/// How much a change alters the training a user meant, from its config keys: precision and
-/// recomputation leave the model and data as they are; resolution, loss and modules change what is
-/// learned; batch and input size change the data itself.
-fn disruption(f: &FixResult) -> u8 {
-    let key = f.candidate.sets.keys().next().map(String::as_str);
-    match key {
-        Some("train.precision") => 0,
-        Some("train.checkpointing") => 1,
-        Some("train.optimizer") => 2,
-        Some("model.output_stride") => 3,
-        Some("train.loss_resolution") => 4,
-        Some("model.identity") => 5,
-        Some("data.batch") => 6,
-        _ => 7,
-    }
-}
 
 fn peak_of(f: &FixResult) -> String {
     f.measurement
@@ -51,7 +35,7 @@ pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
 /// tips it over, and what the peak is made of.
 fn where_it_fails(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
     let mut out = vec![];
-    let depth = boundary(d, "depth").map(|(fit, oom)| {
+    let depth = boundary(d, AxisKind::Depth).map(|(fit, oom)| {
         format!("; truncated after {fit} the model fits, with {oom} it does not")
     });
     if let Some((r, o)) = cx
@@ -93,7 +77,7 @@ fn what_fits(d: &Diagnosis) -> Vec<String> {
         .iter()
         .filter(|f| f.measurement.outcome == Outcome::Fits)
         .collect();
-    fits.sort_by_key(|f| disruption(f));
+    fits.sort_by_key(|f| kinds::disruption(f));
     let mut out = vec![match fits.is_empty() {
         true => "No single change tried makes it fit (the fixes below list each one).".to_string(),
         false => format!(
@@ -117,9 +101,9 @@ fn what_fits(d: &Diagnosis) -> Vec<String> {
     out
 }
 
-/// `(last fit, first OOM)` labels of the axis named `axis`, when it has a boundary.
-fn boundary(d: &Diagnosis, axis: &str) -> Option<(String, String)> {
-    d.boundary(axis)
+/// `(last fit, first OOM)` labels of the axis of `kind`, when it has a boundary.
+fn boundary(d: &Diagnosis, kind: AxisKind) -> Option<(String, String)> {
+    d.boundary(kind.name())
         .map(|(fit, oom)| (fit.label.clone(), oom.label.clone()))
 }
 
@@ -129,31 +113,36 @@ fn suspects(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
     let mut causes = vec![];
     let mut ruled_out = vec![];
     for a in &d.axes {
+        let Some(kind) = AxisKind::of(&a.axis) else {
+            continue;
+        };
         match &a.verdict {
             AxisVerdict::Boundary {
                 last_fit,
                 first_oom,
                 ..
-            } if matches!(a.axis.as_str(), "batch" | "size" | "stride") => causes.push(format!(
+            } if kind.is_cause() => causes.push(format!(
                 "{} ({} fits, {} does not)",
                 a.axis, last_fit.label, first_oom.label
             )),
             AxisVerdict::NotTheCause { lowest, .. } => ruled_out.push(format!(
                 "{} ({} {} still runs out of memory)",
-                suspect(&a.axis),
+                kind.suspect(),
                 a.axis,
                 lowest.label
             )),
             _ => {}
         }
     }
-    if let Some((_, oom)) = boundary(d, "phase") {
-        causes.push(match oom.as_str() {
-            "step" => {
+    let phase = boundary(d, AxisKind::Phase)
+        .and_then(|(_, oom)| deeplab::Phase::ALL.into_iter().find(|p| p.name() == oom));
+    if let Some(phase) = phase {
+        causes.push(match phase {
+            deeplab::Phase::Step => {
                 "the optimizer's state (forward and backward without an update fit)".to_string()
             }
-            "backward" => "the backward pass (the forward pass alone fits)".to_string(),
-            other => format!("the {other} phase"),
+            deeplab::Phase::Backward => "the backward pass (the forward pass alone fits)".into(),
+            deeplab::Phase::Forward => "the forward phase".into(),
         });
     }
     for f in d
@@ -178,18 +167,6 @@ fn suspects(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
         ));
     }
     out
-}
-
-/// The suspect of the thread an axis tests, in its words.
-fn suspect(axis: &str) -> &str {
-    match axis {
-        "batch" => "the batch size",
-        "size" => "the input size",
-        "stride" => "the output stride",
-        "depth" => "a specific layer",
-        "phase" => "backward and the optimizer state",
-        other => other,
-    }
 }
 
 /// The thread's suspects this configuration does not have.

@@ -5,6 +5,7 @@
 //! their text is left to the browser's fonts.
 
 use super::context::Context;
+use crate::kinds::{AxisKind, AxisPlot};
 use oom_search::{Diagnosis, Measurement, Outcome};
 use oom_trial::fmt_bytes;
 use plotters::prelude::*;
@@ -55,14 +56,8 @@ impl Figure {
 /// The page: title, plots, then the text report as printed.
 pub fn page(d: &Diagnosis, cx: &Context<'_>, report_text: &str) -> String {
     let plots = [
-        axis_plot(d, "data.batch", "peak against batch", "batch", parse_batch),
-        axis_plot(
-            d,
-            "data.size",
-            "peak against input size",
-            "input height (px)",
-            parse_height,
-        ),
+        axis_plot(d, cx, AxisKind::Batch),
+        axis_plot(d, cx, AxisKind::Size),
         stages_plot(cx, d.ceiling_bytes),
         modules_plot(d),
         breakdown_plot(cx),
@@ -92,19 +87,6 @@ fn escape(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
-fn parse_batch(v: &str) -> Option<f64> {
-    v.parse().ok()
-}
-
-fn parse_height(v: &str) -> Option<f64> {
-    v.trim_start_matches('[')
-        .split(',')
-        .next()?
-        .trim()
-        .parse()
-        .ok()
-}
-
 /// A point's height: the peak of a fit, what an OOM tried to hold (or its peak before it).
 fn mib(m: &Measurement) -> Option<Point> {
     let fits = m.outcome == Outcome::Fits;
@@ -116,15 +98,22 @@ fn mib(m: &Measurement) -> Option<Point> {
     Some((0.0, bytes as f64 / MIB, fits))
 }
 
-/// Every first-run trial that changes only `key` (and the original, at `original_x`).
-fn axis_points(d: &Diagnosis, key: &str, x_of: fn(&str) -> Option<f64>) -> Vec<Point> {
+/// Every first-run trial that changes only the axis of `kind`, at its x read back from the
+/// candidate's configuration.
+fn axis_points(
+    d: &Diagnosis,
+    cx: &Context<'_>,
+    kind: AxisKind,
+    x_of: fn(&deeplab::Config) -> f64,
+) -> Vec<Point> {
     let mut pts: Vec<Point> = d
         .trials
         .iter()
         .filter(|t| t.attempt == 0 && !t.candidate.unbounded && t.candidate.sets.len() == 1)
+        .filter(|t| t.candidate.get(kind.key()).is_some())
         .filter_map(|t| {
-            let x = x_of(t.candidate.get(key)?)?;
-            mib(&t.measurement).map(|(_, y, f)| (x, y, f))
+            let (config, _) = crate::candidate::resolve(cx.config, &t.candidate).ok()?;
+            mib(&t.measurement).map(|(_, y, f)| (x_of(&config), y, f))
         })
         .collect();
     pts.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -132,15 +121,15 @@ fn axis_points(d: &Diagnosis, key: &str, x_of: fn(&str) -> Option<f64>) -> Vec<P
     pts
 }
 
-/// Peak against one axis; `None` when fewer than two values of it were measured.
-fn axis_plot(
-    d: &Diagnosis,
-    key: &str,
-    caption: &str,
-    x_desc: &str,
-    x_of: fn(&str) -> Option<f64>,
-) -> Option<Figure> {
-    let pts = axis_points(d, key, x_of);
+/// Peak against one axis; `None` when the axis has no plot or fewer than two values of it were
+/// measured.
+fn axis_plot(d: &Diagnosis, cx: &Context<'_>, kind: AxisKind) -> Option<Figure> {
+    let AxisPlot {
+        caption,
+        x_desc,
+        x_of,
+    } = kind.plot()?;
+    let pts = axis_points(d, cx, kind, x_of);
     if pts.len() < 2 {
         return None;
     }

@@ -4,6 +4,7 @@
 
 use super::context::Context;
 use super::memory;
+use crate::kinds::AxisKind;
 use oom_search::{AxisSearch, AxisVerdict, Diagnosis, Minimal, ModulesVerdict, Outcome, Probe};
 use oom_trial::fmt_bytes;
 use serde_json::{json, Value};
@@ -161,7 +162,7 @@ fn boundaries(d: &Diagnosis, cx: &Context<'_>) -> String {
         for a in &d.axes {
             s += &format!("{}\n", boundary_row(a, cx));
         }
-        if let Some((fit, oom)) = d.boundary("depth") {
+        if let Some((fit, oom)) = d.boundary(AxisKind::Depth.name()) {
             s += &format!(
                 "\nWhere memory crosses the ceiling: the model still fits truncated after {} ({}), and runs out \
                  of memory once {} is included.\n",
@@ -170,7 +171,7 @@ fn boundaries(d: &Diagnosis, cx: &Context<'_>) -> String {
                 oom.label
             );
         }
-        if let Some((fit, oom)) = d.boundary("phase") {
+        if let Some((fit, oom)) = d.boundary(AxisKind::Phase.name()) {
             let why = match oom.label.as_str() {
                 "backward" => "the tensors saved for backward and the gradients",
                 "step" => "the optimizer state",
@@ -420,7 +421,7 @@ pub fn json(d: &Diagnosis, cx: &Context<'_>) -> Value {
             "verdict": d.modules,
             // The smallest set measured to fit, as module ids; empty when none fits.
             "culprits": match &d.modules {
-                Some(ModulesVerdict::Culprits { candidate, .. }) => swapped_ids(candidate),
+                Some(ModulesVerdict::Culprits { candidate, .. }) => swapped_ids(candidate, cx),
                 _ => vec![],
             },
             "costs": d.module_costs.iter().map(|c| json!({
@@ -449,15 +450,8 @@ pub fn json(d: &Diagnosis, cx: &Context<'_>) -> Value {
 }
 
 /// The module ids a candidate swaps for identity (its `model.identity` list).
-fn swapped_ids(c: &oom_search::Candidate) -> Vec<String> {
-    let Some(list) = c.get("model.identity") else {
-        return vec![];
-    };
-    toml::from_str::<toml::Table>(&format!("v = {list}"))
-        .ok()
-        .and_then(|t| t.get("v").and_then(|v| v.as_array()).cloned())
+fn swapped_ids(c: &oom_search::Candidate, cx: &Context<'_>) -> Vec<String> {
+    crate::candidate::resolve(cx.config, c)
+        .map(|(config, _)| config.model.identity)
         .unwrap_or_default()
-        .iter()
-        .filter_map(|v| v.as_str().map(String::from))
-        .collect()
 }

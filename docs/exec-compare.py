@@ -2,7 +2,7 @@
 """Every candidate both journals measured (first attempt): outcome and peak under the built-in burn
 model (memory model pytorch) and under real PyTorch through `--exec`, for docs/exec-pytorch.md.
 
-    python3 docs/exec-compare.py docs/h200/run15/burn.journal.jsonl docs/h200/run15/exec.journal.jsonl
+    python3 docs/exec-compare.py docs/runs/h200/run15/burn.journal.jsonl docs/runs/h200/run15/exec.journal.jsonl
 """
 import json
 import sys

@@ -2,7 +2,7 @@
 """The figures `oom-bisect bench` prints, computed from a bisect journal (JSONL) after the fact.
 
 Used for the H200 forum run, whose diagnosis was cut by the device tool's time limit before `bench`
-could print them: `python3 docs/journal-figures.py docs/h200/run6-forum-journal.jsonl`.
+could print them: `python3 docs/journal-figures.py docs/runs/h200/run6-forum-journal.jsonl`.
 Trials are taken in journal order, which is the order they ran in.
 """
 import json

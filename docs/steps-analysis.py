@@ -4,7 +4,7 @@ gzipped JSON lines) and prints, for every trial that ran three steps, the device
 each step, and the step each out-of-memory came in. Used for train.steps' default
 (docs/gpu-results.md, run 13).
 
-    python3 docs/steps-analysis.py docs/h200/run13/*.journal.jsonl.gz
+    python3 docs/steps-analysis.py docs/runs/h200/run13/*.journal.jsonl.gz
 """
 import gzip, json, sys
 

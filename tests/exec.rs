@@ -270,8 +270,8 @@ fn the_pytorch_reference_is_the_burn_model() {
         .args(["-c", "import torch"])
         .output()
         .is_ok_and(|o| o.status.success());
-    if !torch {
-        eprintln!("skipped: PyTorch is not installed here (tools/pytorch/parity.py needs it)");
+    let why = "PyTorch is not installed here (tools/pytorch/parity.py needs it)";
+    if !can_run("PYTORCH", torch, why) {
         return;
     }
     let o = Command::new("python3")

@@ -137,3 +137,16 @@ pub fn journal_file(dir: &Path) -> PathBuf {
         .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
         .expect("a journal")
 }
+
+/// Whether a test that needs something this machine may lack can run: `available`, or else it
+/// says why it is skipped. With `OOM_BISECT_TEST_<SWITCH>=1` (CI, or a machine meant to have it), a
+/// missing requirement is a failure instead of a skip.
+pub fn can_run(switch: &str, available: bool, why: &str) -> bool {
+    let var = format!("OOM_BISECT_TEST_{switch}");
+    let required = std::env::var(&var).is_ok_and(|v| v == "1");
+    assert!(available || !required, "{var}=1 but {why}");
+    if !available {
+        eprintln!("skipped: {why} ({var}=1 makes this a failure)");
+    }
+    available
+}

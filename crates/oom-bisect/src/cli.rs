@@ -14,7 +14,7 @@ use std::path::PathBuf;
         stride, depth and phase for the first configuration that runs out of memory; delta debugging \
         finds the modules that carry the memory. It prints the boundaries with measured peaks, the \
         fixes that fit, and the smallest configuration that still fails.",
-    after_help = crate::exit_codes::HELP
+    after_help = crate::exit_codes::help()
 )]
 pub struct Cli {
     #[command(subcommand)]

@@ -53,26 +53,51 @@ pub fn for_git_bisect(e: anyhow::Error) -> anyhow::Error {
     user(git_bisect_code(code), message)
 }
 
-/// The table printed in `--help`.
-pub const HELP: &str = "\
-Exit codes:
-    0    success (`trial`: the configuration fits)
-    1    internal error
-    2    bad command line
-    3    `trial`: out of memory
-   10    config file cannot be read
-   11    config invalid (unknown key, value out of range)
-   12    no CUDA driver or device (try --backend cpu)
-   13    memory ceiling invalid or larger than the device
-   14    an output path cannot be written
-   15    `bisect`: the original configuration could not be measured
-  125    `trial`: inconclusive (error or timeout), as `git bisect skip`
-  130    interrupted; finished trials are kept in the journal
+/// Every code with its meaning: the one table `--help` prints.
+const TABLE: &[(i32, &str)] = &[
+    (SUCCESS, "success (`trial`: the configuration fits)"),
+    (INTERNAL, "internal error"),
+    (USAGE, "bad command line"),
+    (OOM, "`trial`: out of memory"),
+    (CONFIG_UNREADABLE, "config file cannot be read"),
+    (
+        CONFIG_INVALID,
+        "config invalid (unknown key, value out of range)",
+    ),
+    (NO_DEVICE, "no CUDA driver or device (try --backend cpu)"),
+    (
+        BAD_CEILING,
+        "memory ceiling invalid or larger than the device",
+    ),
+    (
+        UNWRITABLE,
+        "an output path cannot be written, or names an input or another output",
+    ),
+    (
+        INCONCLUSIVE_ORIGINAL,
+        "`bisect`: the original configuration could not be measured",
+    ),
+    (
+        INCONCLUSIVE,
+        "`trial`: inconclusive (error or timeout), as `git bisect skip`",
+    ),
+    (
+        INTERRUPTED,
+        "interrupted; finished trials are kept in the journal",
+    ),
+];
 
-`trial` drives `git bisect run`: 0 fits (good), 3 out of memory (bad), 125 this commit cannot be
-measured (config unreadable or invalid, trial inconclusive: skip), and 200 + the code above where
-nothing can be measured at all (201 internal, 202 command line, 212 no device, 213 ceiling, 214
-output), which makes git stop.";
+/// The table printed in `--help`.
+pub fn help() -> String {
+    let mut s = String::from("Exit codes:\n");
+    for (code, meaning) in TABLE {
+        s += &format!("  {code:>3}    {meaning}\n");
+    }
+    s + "\n`trial` drives `git bisect run`: 0 fits (good), 3 out of memory (bad), 125 this commit \
+         cannot be measured (config unreadable or invalid, trial inconclusive: skip), and 200 + the \
+         code above where nothing can be measured at all (201 internal, 202 command line, 212 no \
+         device, 213 ceiling, 214 output), which makes git stop."
+}
 
 /// An error a user can act on, with its exit code.
 #[derive(Debug)]

@@ -235,7 +235,7 @@ fn prediction_beats_plain_bisection_on_affine_memory() {
 }
 
 /// The forum scenario's size axis as the H200 measured it (R101 OS8 batch 4, 24 GiB ceiling;
-/// docs/h200/run6-forum-journal.jsonl): live tensors about 0.6 GiB + 7e-5 GiB per pixel, the device
+/// docs/runs/h200/run6-forum-journal.jsonl): live tensors about 0.6 GiB + 7e-5 GiB per pixel, the device
 /// peak about 1.2 × that + 1.1 GiB (context and pool pages). 512² fits (23.8 GiB), 544² does not.
 struct PagedDevice;
 

@@ -4,8 +4,8 @@
 # model). Issue 17's measurement and issue 15's one-GPU figure: the forum scenario (R101 OS8 b4
 # 1024², 24 GiB from the config) with `bench`, a fresh journal each time. Two calls on the same
 # machine, made back to back so that the kernel cache of the first is warm for the second:
-#   bash docs/gpu-run-14.sh a   # 1. cold kernel caches, --devices 0,1; 2. warm, --devices 0,1
-#   bash docs/gpu-run-14.sh b   # 3. warm, --jobs 1 (one GPU); the report texts diffed
+#   bash docs/runs/gpu-run-14.sh a   # 1. cold kernel caches, --devices 0,1; 2. warm, --devices 0,1
+#   bash docs/runs/gpu-run-14.sh b   # 3. warm, --jobs 1 (one GPU); the report texts diffed
 set -u
 part=${1:?a or b}
 mkdir -p /tmp/bin && for b in .gpu/*.gz; do gunzip -c $b > /tmp/bin/$(basename $b .gz); done; chmod +x /tmp/bin/*

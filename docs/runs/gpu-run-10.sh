@@ -4,7 +4,7 @@
 #          boundary run 3 times (--confirm-runs 2). Resumes from .gpu/j-r50/ when it is there.
 #   forum  the forum scenario, timed from scratch (fresh journal, cold kernel caches)
 #   warm   the forum scenario again on the same machine: fresh journal, warm kernel cache
-# e.g. `bash docs/gpu-run-10.sh r50 forum`. Everything lands in $OUT/run10.tgz (only a few files
+# e.g. `bash docs/runs/gpu-run-10.sh r50 forum`. Everything lands in $OUT/run10.tgz (only a few files
 # come back from the device). Call 1 ran `r50` alone from scratch (cut by its limit at trial 49);
 # call 2 `r50 forum`, resuming r50 from call 1's journal less its forward-phase trials (the bug
 # fixed in crates/deeplab/src/train.rs).

@@ -9,4 +9,4 @@ B=/tmp/bin/oom-bisect-noat
 export OOM_BISECT_KERNEL_CACHE=/tmp/kc-noat
 timeout 60 $B trial --config configs/deeplabv3plus-r50-os8.toml --backend cuda --memory-limit 130GiB \
   --set train.steps=3 --set train.precision=bf16 --trial-timeout 50 --json $OUT/r50-bf16.json > $OUT/r50-bf16.txt 2>&1
-LIMIT=${LIMIT:-330} bash docs/gpu-run-6.sh
+LIMIT=${LIMIT:-330} bash docs/runs/gpu-run-6.sh

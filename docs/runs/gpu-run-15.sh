@@ -4,8 +4,8 @@
 # reference (tools/pytorch/deeplabv3plus.py, PyTorch as installed there) on GPU 0, and by the
 # built-in burn model (memory model pytorch) on GPU 1, at the same time, each with `bench`; before
 # that, the reference's parity with the burn model and two single trials through `--exec`.
-#   bash docs/gpu-run-15.sh a   # parity, trials, both diagnoses from a fresh journal
-#   bash docs/gpu-run-15.sh b   # both diagnoses resumed from their journals (if a ran out of time)
+#   bash docs/runs/gpu-run-15.sh a   # parity, trials, both diagnoses from a fresh journal
+#   bash docs/runs/gpu-run-15.sh b   # both diagnoses resumed from their journals (if a ran out of time)
 set -u
 part=${1:?a or b}
 mkdir -p /tmp/bin && for b in .gpu/*.gz; do gunzip -c $b > /tmp/bin/$(basename $b .gz); done; chmod +x /tmp/bin/*

@@ -5,7 +5,7 @@
 #   precision (f32, mixed-f16, mixed-bf16, f16, bf16) one trial without a ceiling (what it needs)
 #   and one under 24 GiB (fits or not).
 # Everything comes back as $OUT/run18.tar.gz and $OUT/log.txt.
-# `bash docs/gpu-run-18.sh b`: after part a (f16 and mixed-f16 gave NaN in burn), BatchNorm under
+# `bash docs/runs/gpu-run-18.sh b`: after part a (f16 and mixed-f16 gave NaN in burn), BatchNorm under
 # autocast computes in f32 as cuDNN does; the built-in model's low precisions again, into run18b.
 set -u
 PART=${1:-a}

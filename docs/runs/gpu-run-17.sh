@@ -2,12 +2,12 @@
 # GPU run 17 (device tool, nvidia-h200-x2): issue 13's report on the H200, cold kernel caches.
 # - GPU 0: the forum scenario on the built-in model (fresh journal): the measured need without the
 #   ceiling, the breakdown, the diagnosis block, the size boundary at the model's 8-px step, --html;
-#   then run 16's `--exec` PyTorch diagnosis resumed from its journal (docs/h200/run16), so that
+#   then run 16's `--exec` PyTorch diagnosis resumed from its journal (docs/runs/h200/run16), so that
 #   only the new trials run (PyTorch's need without the ceiling, the fine size steps).
 # - GPU 1: the planted single culprit: R50 OS8 512² batch 4 with an 8-head attention block on the
 #   ASPP output under 12 GiB (run 16), fresh journal, --html.
 # Everything comes back as one archive, $OUT/run17.tar.gz, and $OUT/log.txt.
-# `bash docs/gpu-run-17.sh b` runs only the `--exec` resume, on both GPUs (part a's copy of run 16's
+# `bash docs/runs/gpu-run-17.sh b` runs only the `--exec` resume, on both GPUs (part a's copy of run 16's
 # journal kept the wrong file name, so part a's exec run started afresh and hit its time limit).
 set -u
 mkdir -p /tmp/bin && gunzip -c .gpu/oom-bisect.gz > /tmp/bin/oom-bisect && chmod +x /tmp/bin/oom-bisect
@@ -15,7 +15,7 @@ B=/tmp/bin/oom-bisect
 export OOM_BISECT_KERNEL_CACHE=/tmp/kc
 R=/tmp/run17 && mkdir -p $R /tmp/j-exec
 # The journal's name is the experiment's: run 16's file, under the name run 16 gave it.
-cp docs/h200/run16/exec.journal.jsonl /tmp/j-exec/forum-r101-os8-1024-82aaf994.jsonl
+cp docs/runs/h200/run16/exec.journal.jsonl /tmp/j-exec/forum-r101-os8-1024-82aaf994.jsonl
 log() { echo "$*" | tee -a $OUT/log.txt; }
 if [ "${1:-a}" = b ]; then
   s0=$SECONDS; timeout 400 $B bisect --config configs/forum-r101-os8-1024.toml --backend cuda --devices 0,1 \

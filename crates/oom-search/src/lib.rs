@@ -8,18 +8,22 @@
 //! comes from the caller, so the search knows nothing about models, backends or flags.
 
 mod bisect;
+mod culprits;
 mod ddmin;
+mod diagnosis;
 mod driver;
+mod minimal;
 mod model;
 mod session;
 mod vocabulary;
 
 pub use bisect::{bisect_axis, bisect_axis_finely, AxisOptions, AxisSearch, AxisVerdict, Probe};
 pub use ddmin::{ddmin, Reduced};
-pub use driver::{
-    diagnose, expected_trials, Diagnosis, Fix, FixResult, Minimal, ModuleCost, ModuleItem, Modules,
-    ModulesVerdict, Neighbour, SearchOptions, Space,
+pub use diagnosis::{
+    Diagnosis, Fix, FixResult, Minimal, ModuleCost, ModuleItem, Modules, ModulesVerdict, Neighbour,
+    SearchOptions, Space,
 };
+pub use driver::{diagnose, expected_trials};
 pub use model::predict_boundary;
 pub use session::{Budget, Clock, Session, TrialRecord};
 pub use vocabulary::*;

@@ -1,0 +1,123 @@
+//! The modules that carry the memory: each module item swapped alone for identity (the forum
+//! thread's method), and delta debugging over all of them when no single one makes it fit.
+
+use crate::ddmin::{ddmin, DdTest};
+use crate::diagnosis::*;
+use crate::driver::as_bool;
+use crate::session::Session;
+use crate::{Candidate, Outcome, Purpose};
+
+/// Each module item swapped alone, all at once where trials can run at once: the forum thread's
+/// method ("swap a block for identity, see if it still OOMs"), done for every item.
+fn module_costs(s: &mut Session<'_>, modules: &Modules) -> Vec<ModuleCost> {
+    let base = Candidate::original();
+    let alone: Vec<Candidate> = modules
+        .items
+        .iter()
+        .map(|i| modules.candidate(&base, std::slice::from_ref(i)))
+        .collect();
+    s.expect(&alone);
+    modules
+        .items
+        .iter()
+        .zip(alone)
+        .map(|(item, c)| ModuleCost {
+            label: item.label.clone(),
+            ids: item.ids.clone(),
+            measurement: s.measure(&c, Purpose::Modules),
+            candidate: c,
+        })
+        .collect()
+}
+
+/// The smallest set of modules whose swap makes the original fit: a single item when one alone
+/// fits (the one with the lowest peak; the others are named too), else ddmin over all items.
+/// Never a set larger than one measured to fit: ddmin starts from every item swapped, which fits.
+pub(crate) fn culprits(
+    s: &mut Session<'_>,
+    modules: &Modules,
+) -> (ModulesVerdict, Vec<ModuleCost>) {
+    let costs = module_costs(s, modules);
+    let mut alone: Vec<&ModuleCost> = costs
+        .iter()
+        .filter(|c| c.measurement.outcome == Outcome::Fits)
+        .collect();
+    alone.sort_by_key(|c| c.measurement.peak_bytes.unwrap_or(u64::MAX));
+    if let Some((best, others)) = alone.split_first() {
+        let verdict = ModulesVerdict::Culprits {
+            items: vec![best.label.clone()],
+            candidate: best.candidate.clone(),
+            measurement: best.measurement.clone(),
+            // Swapping nothing is the original, which runs out of memory.
+            one_minimal: true,
+            also_alone: others.iter().map(|c| c.label.clone()).collect(),
+        };
+        return (verdict, costs);
+    }
+    (reduce(s, modules), costs)
+}
+
+/// ddmin over every module item, for when no item alone makes the original fit.
+fn reduce(s: &mut Session<'_>, modules: &Modules) -> ModulesVerdict {
+    let base = Candidate::original();
+    let all = modules.candidate(&base, &modules.items);
+    let m = s.measure(&all, Purpose::Modules);
+    match m.outcome {
+        Outcome::Oom => {
+            return ModulesVerdict::NoSetFits {
+                message: format!(
+                    "even with every swappable module swapped for identity ({}), it runs out of memory: \
+                     the memory is in what cannot be swapped ({}) or in the sizes",
+                    modules.items.iter().map(|i| i.label.as_str()).collect::<Vec<_>>().join(", "),
+                    modules.unswappable
+                ),
+            }
+        }
+        Outcome::Inconclusive => {
+            return ModulesVerdict::Inconclusive {
+                message: format!("swapping every module could not be measured: {}", m.note),
+            }
+        }
+        Outcome::Fits => {}
+    }
+    let r = ddmin(
+        &modules.items,
+        &mut ModuleTest {
+            s,
+            modules,
+            base: &base,
+        },
+    );
+    let candidate = modules.candidate(&base, &r.items);
+    let measurement = s.measure(&candidate, Purpose::Modules);
+    ModulesVerdict::Culprits {
+        items: r.items.iter().map(|i| i.label.clone()).collect(),
+        candidate,
+        measurement,
+        one_minimal: r.one_minimal,
+        also_alone: vec![],
+    }
+}
+
+/// ddmin's test: swapping a set of modules makes the original fit. The sets of a round are told to
+/// the oracle before they are tested one by one, so that idle workers can measure them ahead.
+struct ModuleTest<'s, 'a> {
+    s: &'s mut Session<'a>,
+    modules: &'s Modules,
+    base: &'s Candidate,
+}
+
+impl DdTest<ModuleItem> for ModuleTest<'_, '_> {
+    fn test(&mut self, subset: &[ModuleItem]) -> Option<bool> {
+        let c = self.modules.candidate(self.base, subset);
+        as_bool(&self.s.measure(&c, Purpose::Modules), Outcome::Fits)
+    }
+
+    fn upcoming(&mut self, sets: &[Vec<ModuleItem>]) {
+        let cs: Vec<Candidate> = sets
+            .iter()
+            .map(|set| self.modules.candidate(self.base, set))
+            .collect();
+        self.s.guess(&cs);
+    }
+}

@@ -1,0 +1,204 @@
+//! What a diagnosis is made of: the space the caller builds (axes, fixes, modules), the options,
+//! and the results (boundaries, fixes measured, module culprits, the minimal failing configuration).
+
+use crate::bisect::{AxisOptions, AxisSearch, AxisVerdict};
+use crate::session::{Budget, TrialRecord};
+use crate::{Axis, Candidate, Measurement};
+use serde::{Deserialize, Serialize};
+
+/// A single change a user would try to make a failing configuration fit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Fix {
+    /// What a user would read: `output stride 16`, `bf16`.
+    pub change: String,
+    /// The overrides that make it.
+    pub sets: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FixResult {
+    pub change: String,
+    pub candidate: Candidate,
+    pub measurement: Measurement,
+}
+
+/// A group of module ids swapped for identity together; one item of ddmin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModuleItem {
+    pub label: String,
+    pub ids: Vec<String>,
+}
+
+/// The modules ddmin works over.
+#[derive(Debug, Clone)]
+pub struct Modules {
+    /// The config key of the identity list (`model.identity`).
+    pub key: String,
+    /// Writes a list of ids as a value of `key`: the caller's syntax (the search writes none).
+    pub encode: fn(&[String]) -> String,
+    /// Ids the original configuration already swaps.
+    pub fixed: Vec<String>,
+    pub items: Vec<ModuleItem>,
+    /// What cannot be swapped, in words, for "the memory is in …" when swapping every item still
+    /// runs out of memory.
+    pub unswappable: String,
+}
+
+impl Modules {
+    /// The candidate with `swapped` (and the fixed ids) swapped for identity, on top of `base`.
+    pub fn candidate(&self, base: &Candidate, swapped: &[ModuleItem]) -> Candidate {
+        let mut ids: Vec<String> = self.fixed.clone();
+        ids.extend(swapped.iter().flat_map(|m| m.ids.iter().cloned()));
+        ids.sort();
+        ids.dedup();
+        let mut c = base.clone();
+        let mut fixed = self.fixed.clone();
+        fixed.sort();
+        if ids == fixed {
+            c.sets.remove(&self.key);
+        } else {
+            c.sets.insert(self.key.clone(), (self.encode)(&ids));
+        }
+        c
+    }
+}
+
+/// Everything the search may vary, built by the caller from the configuration.
+#[derive(Debug, Clone)]
+pub struct Space {
+    /// Monotone axes, values up to the original's.
+    pub axes: Vec<Axis>,
+    /// Axes searched upward when the original fits: `original` is the configured value's index.
+    pub capacity: Vec<Axis>,
+    pub fixes: Vec<Fix>,
+    pub modules: Modules,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SearchOptions {
+    pub ceiling: u64,
+    /// Re-run both sides of every boundary this many times before reporting it (0: no re-runs).
+    pub confirm_runs: u32,
+    /// Probe where measured peaks predict the boundary before bisecting.
+    pub predict: bool,
+    /// Trials and time; what is not measured within it is inconclusive.
+    pub budget: Budget,
+    /// Which steps run.
+    pub fixes: bool,
+    pub modules: bool,
+    pub minimise: bool,
+    /// Measure an original that runs out of memory once more without the ceiling (how much it
+    /// needs).
+    pub need: bool,
+}
+
+impl SearchOptions {
+    pub(crate) fn axis(&self) -> AxisOptions {
+        AxisOptions {
+            ceiling: self.ceiling,
+            predict: self.predict,
+            confirm_runs: self.confirm_runs,
+        }
+    }
+}
+
+impl Default for SearchOptions {
+    fn default() -> Self {
+        SearchOptions {
+            ceiling: 0,
+            confirm_runs: 1,
+            predict: true,
+            budget: Budget::default(),
+            fixes: true,
+            modules: true,
+            minimise: true,
+            need: true,
+        }
+    }
+}
+
+/// Which modules carry the memory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ModulesVerdict {
+    /// Swapping exactly these modules for identity makes the original fit; swapping any one fewer
+    /// does not (when `one_minimal`).
+    Culprits {
+        items: Vec<String>,
+        candidate: Candidate,
+        measurement: Measurement,
+        one_minimal: bool,
+        /// Other items that make it fit when swapped alone (the culprit is the one with the lowest
+        /// peak); empty when the culprits came from ddmin.
+        #[serde(default)]
+        also_alone: Vec<String>,
+    },
+    /// Even with every swappable module swapped the configuration runs out of memory.
+    NoSetFits {
+        message: String,
+    },
+    Inconclusive {
+        message: String,
+    },
+}
+
+/// The smallest configuration that still runs out of memory, and its passing neighbours.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Minimal {
+    pub candidate: Candidate,
+    pub measurement: Measurement,
+    /// One step lower on each axis, and one more module swapped: each should fit.
+    pub neighbours: Vec<Neighbour>,
+    /// Every neighbour was measured and fits.
+    pub one_minimal: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Neighbour {
+    pub change: String,
+    pub candidate: Candidate,
+    pub measurement: Measurement,
+}
+
+/// One module item swapped for identity on its own: what the configuration then needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModuleCost {
+    pub label: String,
+    pub ids: Vec<String>,
+    pub candidate: Candidate,
+    pub measurement: Measurement,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Diagnosis {
+    pub ceiling_bytes: u64,
+    pub original: Measurement,
+    /// The original run without the ceiling, when it ran out of memory under it: what it needs
+    /// (`Oom` when even the whole machine is not enough).
+    #[serde(default)]
+    pub need: Option<Measurement>,
+    pub axes: Vec<AxisSearch>,
+    pub capacity: Vec<AxisSearch>,
+    pub fixes: Vec<FixResult>,
+    pub modules: Option<ModulesVerdict>,
+    /// Every module item swapped alone, in the model's order (empty when modules were not searched).
+    #[serde(default)]
+    pub module_costs: Vec<ModuleCost>,
+    pub minimal_failing: Option<Minimal>,
+    pub trials: Vec<TrialRecord>,
+    pub budget_exhausted: bool,
+}
+
+impl Diagnosis {
+    /// The last fit and first out-of-memory of the axis named `axis`, when it has a boundary.
+    pub fn boundary(&self, axis: &str) -> Option<(&crate::Probe, &crate::Probe)> {
+        match &self.axes.iter().find(|a| a.axis == axis)?.verdict {
+            AxisVerdict::Boundary {
+                last_fit,
+                first_oom,
+                ..
+            } => Some((last_fit, first_oom)),
+            _ => None,
+        }
+    }
+}

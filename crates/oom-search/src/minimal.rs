@@ -103,7 +103,8 @@ pub(crate) fn minimise(s: &mut Session<'_>, space: &Space, opts: &SearchOptions)
         .collect();
     s.expect(&below);
     let measurement = s.measure(&cur, Purpose::Minimise);
-    // The passing neighbours: one step lower on each axis, one more module swapped.
+    // The passing neighbours: one step lower on each axis. (The modules are 1-minimal by ddmin,
+    // which measured each one-module-smaller set already; no module neighbour is measured again.)
     let mut neighbours = vec![];
     for axis in &space.axes {
         let i = index_on(axis, &cur);

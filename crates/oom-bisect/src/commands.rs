@@ -8,7 +8,7 @@ use crate::journal::Journal;
 use crate::oracle::{request, TrialOracle};
 use crate::output::{self, progress::Progress, report};
 use crate::settings::{BisectSettings, DeviceSettings, Workload};
-use crate::{experiment, space};
+use crate::space;
 use anyhow::Result;
 use deeplab::Architecture;
 use oom_search::{diagnose, Candidate, Clock, Diagnosis, Outcome};
@@ -61,7 +61,8 @@ pub struct BisectRun {
     pub diagnosis: Diagnosis,
     pub reports: HashMap<(Candidate, u32), TrialReport>,
     pub wall_seconds: f64,
-    pub journal: PathBuf,
+    /// The ceiling the trials ran under, where known (see `Context::ceiling`).
+    pub ceiling: Option<u64>,
     /// Trials answered from an earlier run's journal.
     pub resumed: usize,
     /// Trials the workers finished, the ones started ahead and never asked for included.
@@ -73,40 +74,15 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     let st = BisectSettings::resolve(args)?;
     say(&st.device.notes, st.quiet);
     let w = &st.workload;
-    let exp = experiment::id(w, &st.device);
-    let journal_path = st.journal_dir.join(format!(
-        "{}-{}.jsonl",
-        w.stem(),
-        experiment::short_hash(&exp)
-    ));
-    check_bisect_outputs(&st, &journal_path)?;
-    let journal = Journal::open(&journal_path, &exp, st.fresh)?;
-    if journal.skipped > 0 && !st.quiet {
-        tell!(
-            "oom-bisect: warning: {} lines of {} are not trial records (cut short by a crash?{}) \
-             and were skipped",
-            journal.skipped,
-            journal_path.display(),
-            match journal.undecodable {
-                0 => String::new(),
-                n => format!("; {n} of them not even UTF-8"),
-            }
-        );
-    }
-    if journal.loaded() > 0 && !st.quiet {
-        tell!(
-            "oom-bisect: resuming: {} trials already in {}",
-            journal.loaded(),
-            journal_path.display()
-        );
-    }
+    check_bisect_outputs(&st)?;
+    let journal = open_journal(&st)?;
     let space = space::build(&w.config, &st.steps);
     if let (Some(line), false) = (st.dispatch.describe(), st.quiet) {
         tell!("oom-bisect: {line}");
     }
     let about = oom_search::expected_trials(&space, &st.search);
     let mut progress = Progress::new(st.quiet, st.search.budget.max_trials, about);
-    progress.verbose = args.verbose;
+    progress.verbose = st.verbose;
     let journal = Arc::new(Mutex::new(journal));
     let pool = Pool::new(
         st.dispatch.workers(&runner(&st.device)),
@@ -115,7 +91,7 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     );
     let mut oracle = TrialOracle::new(&w.config, &st.device, &pool, journal);
     let clock = WallClock(Instant::now());
-    let mut d = diagnose(
+    let d = diagnose(
         &mut oracle,
         &mut |e| progress.on(e),
         &clock,
@@ -129,27 +105,53 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     // Trials started ahead that the search never asked for are killed, not waited for.
     drop(pool);
     progress.finish();
-    // The effective ceiling, as the trials report it, when it was not known up front.
-    if d.ceiling_bytes == 0 {
-        d.ceiling_bytes = reports.values().find_map(|r| r.ceiling_bytes).unwrap_or(0);
-    }
+    // The ceiling as given, else as the trials report it (a fraction of a device not seen before).
+    let ceiling = st
+        .device
+        .ceiling_bytes
+        .or_else(|| reports.values().find_map(|r| r.ceiling_bytes));
     Ok(BisectRun {
         diagnosis: d,
         reports,
         wall_seconds: clock.elapsed().as_secs_f64(),
-        journal: journal_path,
+        ceiling,
         resumed,
         trials_finished,
         settings: st,
     })
 }
 
+/// The experiment's journal, locked for this run, saying what it found in it.
+fn open_journal(st: &BisectSettings) -> Result<Journal> {
+    let journal = Journal::open(&st.journal, &st.experiment, st.fresh)?;
+    if journal.skipped > 0 && !st.quiet {
+        tell!(
+            "oom-bisect: warning: {} lines of {} are not trial records (cut short by a crash?{}) \
+             and were skipped",
+            journal.skipped,
+            st.journal.display(),
+            match journal.undecodable {
+                0 => String::new(),
+                n => format!("; {n} of them not even UTF-8"),
+            }
+        );
+    }
+    if journal.loaded() > 0 && !st.quiet {
+        tell!(
+            "oom-bisect: resuming: {} trials already in {}",
+            journal.loaded(),
+            st.journal.display()
+        );
+    }
+    Ok(journal)
+}
+
 /// Every file a diagnosis writes, checked before its first trial: none is an input or another
 /// output, and each can be written.
-fn check_bisect_outputs(st: &BisectSettings, journal: &std::path::Path) -> Result<()> {
-    let minimal = minimal_path(journal);
+fn check_bisect_outputs(st: &BisectSettings) -> Result<()> {
+    let minimal = minimal_path(&st.journal);
     let mut outputs = vec![
-        ("journal", journal),
+        ("journal", st.journal.as_path()),
         ("minimal failing config", minimal.as_path()),
     ];
     outputs.extend(st.json.as_deref().map(|p| ("--json", p)));
@@ -169,7 +171,7 @@ fn minimal_path(journal: &std::path::Path) -> PathBuf {
 
 pub fn bisect(args: &BisectArgs) -> Result<i32> {
     let run = run_bisect(args)?;
-    report_run(args, &run)
+    report_run(&run)
 }
 
 /// The minimal failing configuration as a file the tool accepts back: its path, its config, its
@@ -189,16 +191,18 @@ fn minimal_file(run: &BisectRun) -> Option<MinimalFile> {
     // The file reproduces on its own: the backend and the ceiling in force are written in.
     c.device = deeplab::DeviceConfig {
         backend: Some(st.device.backend.name().to_string()),
-        memory_limit: (d.ceiling_bytes > 0).then(|| d.ceiling_bytes.to_string()),
+        memory_limit: run.ceiling.map(|c| c.to_string()),
         memory_fraction: None,
         gpu: None,
         memory_model: Some(w.config.device.memory_model()),
     };
-    let path = minimal_path(&run.journal);
+    let path = minimal_path(&st.journal);
     let text = format!(
         "# The smallest configuration that still runs out of memory under {} on {},\n\
          # found by `oom-bisect bisect --config {}`. Overrides of the original: {}\n{}",
-        fmt_bytes(d.ceiling_bytes),
+        run.ceiling
+            .map(fmt_bytes)
+            .unwrap_or_else(|| "an unknown ceiling".into()),
         st.device.label(),
         // A file name may hold a newline: it must not start a line of the config.
         output::one_line(&w.path.display().to_string(), 400),
@@ -222,12 +226,11 @@ fn minimal_file(run: &BisectRun) -> Option<MinimalFile> {
 /// Prints the report of a finished diagnosis, then writes its JSON and the minimal failing config
 /// (a file that cannot be written never costs the report), and gives the exit code; shared by
 /// `bisect` and `bench`.
-fn report_run(args: &BisectArgs, run: &BisectRun) -> Result<i32> {
+fn report_run(run: &BisectRun) -> Result<i32> {
     let (st, d) = (&run.settings, &run.diagnosis);
     let w = &st.workload;
     let minimal = minimal_file(run);
-    let sets: String = args
-        .config
+    let sets: String = st
         .sets
         .iter()
         .map(|s| format!(" --set {}", output::shell_word(s)))
@@ -253,12 +256,13 @@ fn report_run(args: &BisectArgs, run: &BisectRun) -> Result<i32> {
         minimal_path: minimal.as_ref().map(|m| m.path.display().to_string()),
         minimal_config: minimal.as_ref().map(|m| m.config.clone()),
         reproduce: Some(reproduce),
-        journal: Some(run.journal.display().to_string()),
+        journal: Some(st.journal.display().to_string()),
         resumed: run.resumed,
         wall_seconds: run.wall_seconds,
         fake: st.device.engine == oom_trial::Engine::Estimate,
         exec: st.device.exec_command(),
-        verbose: args.verbose,
+        verbose: st.verbose,
+        ceiling: run.ceiling,
         notes: refusals(&w.config, d),
     };
     let text = report::text(d, &cx);
@@ -364,7 +368,7 @@ pub fn inspect(args: &InspectArgs) -> Result<i32> {
 /// `bench`: one diagnosis (its full report first), then where its time went.
 pub fn bench(args: &BenchArgs) -> Result<i32> {
     let run = run_bisect(&args.bisect)?;
-    let code = report_run(&args.bisect, &run)?;
+    let code = report_run(&run)?;
     let st = &run.settings;
     showln!(
         "\nbench: {} on {}",

@@ -21,6 +21,7 @@ pub fn request(config: &Config, device: &DeviceSettings, fault: Option<Fault>) -
         engine: device.engine.clone(),
         fault,
         timeout_seconds: None,
+        switches: device.switches.clone(),
     }
 }
 

@@ -393,11 +393,17 @@ pub struct BisectSettings {
     pub search: SearchOptions,
     /// The steps to run (all when empty).
     pub steps: Vec<Step>,
-    pub journal_dir: PathBuf,
+    /// The experiment's identity (`experiment.rs`) and its journal file, in `--journal`'s directory.
+    pub experiment: String,
+    pub journal: PathBuf,
     pub json: Option<PathBuf>,
     pub html: Option<PathBuf>,
     pub fresh: bool,
     pub quiet: bool,
+    /// `--verbose`: developer detail in the progress and the report.
+    pub verbose: bool,
+    /// The `--set`s given, for the line that reproduces the run.
+    pub sets: Vec<String>,
     /// Where trials run (`--devices`, `--jobs`, `--launcher`).
     pub dispatch: crate::dispatch::Dispatch,
 }
@@ -408,7 +414,7 @@ impl BisectSettings {
         let device = DeviceSettings::resolve(&args.device, &workload.config)?;
         let on = |s: Step| args.axes.is_empty() || args.axes.contains(&s);
         let search = SearchOptions {
-            ceiling: device.ceiling_bytes.unwrap_or(0),
+            ceiling: device.ceiling_bytes,
             confirm_runs: if args.no_confirm {
                 0
             } else {
@@ -425,13 +431,22 @@ impl BisectSettings {
             need: on(Step::Need),
         };
         let dispatch = crate::dispatch::Dispatch::resolve(args, device.backend)?;
+        let experiment = crate::experiment::id(&workload, &device);
+        let journal = args.journal.join(format!(
+            "{}-{}.jsonl",
+            workload.stem(),
+            crate::experiment::short_hash(&experiment)
+        ));
         Ok(BisectSettings {
             dispatch,
             workload,
             device,
             search,
             steps: args.axes.clone(),
-            journal_dir: args.journal.clone(),
+            journal,
+            experiment,
+            verbose: args.verbose,
+            sets: args.config.sets.clone(),
             json: args.json.clone(),
             html: args.html.clone(),
             fresh: args.fresh,

@@ -2,15 +2,11 @@
 //! narrow the interval (probing where the measured peaks predict the boundary, else the middle),
 //! then confirm the boundary by re-running both sides. [`bisect_axis`] reads as that outline.
 
-use crate::model::predict_boundary;
+use crate::predict::Predictor;
 use crate::session::Session;
 use crate::{Axis, Candidate, Measurement, Outcome, Purpose};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
-
-/// A predicted probe that fits with a peak under this fraction of the ceiling was a poor prediction
-/// (its line came from points far from the boundary): predict again instead of probing its neighbour.
-const FAR_BELOW: f64 = 0.8;
 
 /// A measured point on an axis.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -69,8 +65,9 @@ pub struct AxisSearch {
 /// How one axis is searched.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AxisOptions {
-    /// The memory ceiling in bytes (0 when unknown: predictions are then never informed).
-    pub ceiling: u64,
+    /// The memory ceiling in bytes; `None` when it is not known before a trial says (a fraction of
+    /// a device not yet seen): the search then bisects without predictions.
+    pub ceiling: Option<u64>,
     /// Probe where measured peaks predict the boundary before bisecting.
     pub predict: bool,
     /// Re-run both sides of the boundary this many times (0: no re-runs).
@@ -485,106 +482,4 @@ fn nearest_middle(lo: usize, hi: usize, open: &[usize]) -> usize {
                 .total_cmp(&((**b as f64) - mid).abs())
         })
         .expect("open is not empty")
-}
-
-/// Where to probe next, from the peaks of the fits so far. Memory held by live tensors is smooth in
-/// batch and pixels, where the device's peak moves in pool pages and, at small inputs, is mostly the
-/// context; what the device held beyond the live tensors at the largest fit is taken off the ceiling.
-///
-/// The policy: probe the predicted last fit; if the prediction was right, its neighbour closes the
-/// interval. A predicted value that fits far below the ceiling predicts once more from the points it
-/// added. Two predicted probes (three with the re-prediction), then plain bisection.
-struct Predictor {
-    xs: Vec<Option<f64>>,
-    ceiling: f64,
-    fit_points: Vec<(f64, f64)>,
-    base_bytes: Option<f64>,
-    overhead: f64,
-    /// Predicted probes left before falling back to plain bisection.
-    left: u32,
-    /// The last predicted probe: its index, outcome, and whether it fit far below the ceiling.
-    last: Option<(usize, Outcome, bool)>,
-    repredicted: bool,
-}
-
-impl Predictor {
-    fn new(axis: &Axis, opts: &AxisOptions) -> Self {
-        Predictor {
-            xs: axis.values.iter().map(|v| v.x).collect(),
-            ceiling: opts.ceiling as f64,
-            fit_points: vec![],
-            base_bytes: None,
-            overhead: 0.0,
-            left: if opts.predict { 2 } else { 0 },
-            last: None,
-            repredicted: false,
-        }
-    }
-
-    fn note_fit(&mut self, p: &Probe) {
-        let m = &p.measurement;
-        if let (Some(x), Some(y)) = (self.xs[p.index], m.peak_in_use_bytes.or(m.peak_bytes)) {
-            self.fit_points.push((x, y as f64));
-            if let (Some(dev), Some(live)) = (m.peak_bytes, m.peak_in_use_bytes) {
-                self.overhead = dev.saturating_sub(live) as f64;
-            }
-        }
-        if let Some(b) = m.base_bytes {
-            self.base_bytes = Some(b as f64);
-        }
-    }
-
-    fn note_predicted(&mut self, p: &Probe) {
-        let far_below = !self.repredicted
-            && p.measurement
-                .peak_bytes
-                .is_some_and(|b| (b as f64) < FAR_BELOW * self.ceiling);
-        self.last = Some((p.index, p.measurement.outcome, far_below));
-    }
-
-    /// The next predicted probe inside `open`, or `None` for plain bisection from now on.
-    fn next_guess(&mut self, lo: usize, hi: usize, open: &[usize]) -> Option<usize> {
-        if self.left == 0 {
-            return None;
-        }
-        if let Some((_, Outcome::Fits, true)) = self.last {
-            self.repredicted = true;
-            self.left += 1;
-        }
-        let guess = match self.last {
-            Some((i, Outcome::Fits, false)) => Some(i + 1),
-            Some((i, Outcome::Oom, _)) => i.checked_sub(1),
-            Some((_, Outcome::Inconclusive, _)) => None,
-            None | Some((_, Outcome::Fits, true)) => self.predict(lo, hi),
-        };
-        match guess.filter(|g| open.contains(g)) {
-            Some(g) => {
-                self.left -= 1;
-                Some(g)
-            }
-            None => {
-                self.left = 0;
-                None
-            }
-        }
-    }
-
-    /// The predicted last fitting value, kept inside the open interval: a prediction at or below
-    /// `lo` says `lo + 1` is the first to fail.
-    fn predict(&self, lo: usize, hi: usize) -> Option<usize> {
-        let sub: Vec<f64> = self.xs[lo..=hi]
-            .iter()
-            .map(|x| x.unwrap_or(f64::NAN))
-            .collect();
-        if sub.iter().any(|x| x.is_nan()) {
-            return None;
-        }
-        predict_boundary(
-            &self.fit_points,
-            self.base_bytes,
-            self.ceiling - self.overhead,
-            &sub,
-        )
-        .map(|i| (lo + i).clamp(lo + 1, hi - 1))
-    }
 }

@@ -76,7 +76,8 @@ pub struct Space {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SearchOptions {
-    pub ceiling: u64,
+    /// The ceiling in bytes, where known before the first trial (see `AxisOptions::ceiling`).
+    pub ceiling: Option<u64>,
     /// Re-run both sides of every boundary this many times before reporting it (0: no re-runs).
     pub confirm_runs: u32,
     /// Probe where measured peaks predict the boundary before bisecting.
@@ -105,7 +106,7 @@ impl SearchOptions {
 impl Default for SearchOptions {
     fn default() -> Self {
         SearchOptions {
-            ceiling: 0,
+            ceiling: None,
             confirm_runs: 1,
             predict: true,
             budget: Budget::default(),
@@ -171,7 +172,6 @@ pub struct ModuleCost {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Diagnosis {
-    pub ceiling_bytes: u64,
     pub original: Measurement,
     /// The original run without the ceiling, when it ran out of memory under it: what it needs
     /// (`Oom` when even the whole machine is not enough).

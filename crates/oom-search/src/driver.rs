@@ -47,7 +47,6 @@ pub fn diagnose(
     s.guess(&oom_fan_out(space, opts));
     let original = s.measure(&Candidate::original(), Purpose::Original);
     let mut d = Diagnosis {
-        ceiling_bytes: opts.ceiling,
         original: original.clone(),
         need: None,
         axes: vec![],

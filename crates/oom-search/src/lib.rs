@@ -13,7 +13,7 @@ mod ddmin;
 mod diagnosis;
 mod driver;
 mod minimal;
-mod model;
+mod predict;
 mod session;
 mod vocabulary;
 
@@ -24,6 +24,6 @@ pub use diagnosis::{
     SearchOptions, Space,
 };
 pub use driver::{diagnose, expected_trials};
-pub use model::predict_boundary;
+pub use predict::predict_boundary;
 pub use session::{Budget, Clock, Session, TrialRecord};
 pub use vocabulary::*;

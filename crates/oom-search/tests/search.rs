@@ -27,7 +27,7 @@ fn session<'a>(
 
 fn opts(ceiling: u64, predict: bool, confirm_runs: u32) -> AxisOptions {
     AxisOptions {
-        ceiling,
+        ceiling: Some(ceiling),
         predict,
         confirm_runs,
     }
@@ -515,7 +515,7 @@ fn full_diagnosis_is_consistent_and_1_minimal() {
     let mut events = vec![];
     let mut ev = |e: &Event| events.push(e.clone());
     let opts = SearchOptions {
-        ceiling: CEILING as u64,
+        ceiling: Some(CEILING as u64),
         ..Default::default()
     };
     let d = diagnose(&mut o, &mut ev, &TestClock::default(), &space(), &opts);
@@ -587,7 +587,7 @@ fn trial_budget_gives_inconclusive_not_guesses() {
     let mut o = Workload::new();
     let mut ev = |_: &Event| {};
     let opts = SearchOptions {
-        ceiling: CEILING as u64,
+        ceiling: Some(CEILING as u64),
         budget: Budget {
             max_trials: Some(3),
             max_time: None,
@@ -630,7 +630,7 @@ fn replayed_answers_cost_no_trial_budget() {
     };
     let mut ev = |_: &Event| {};
     let opts = SearchOptions {
-        ceiling: CEILING as u64,
+        ceiling: Some(CEILING as u64),
         budget: Budget {
             max_trials: Some(3),
             max_time: None,
@@ -646,7 +646,7 @@ fn replayed_answers_cost_no_trial_budget() {
 #[test]
 fn time_budget_stops_starting_trials_and_reports_inconclusive() {
     let budget = |secs: u64| SearchOptions {
-        ceiling: CEILING as u64,
+        ceiling: Some(CEILING as u64),
         budget: Budget {
             max_trials: None,
             max_time: Some(Duration::from_secs(secs)),
@@ -673,7 +673,7 @@ fn time_budget_stops_starting_trials_and_reports_inconclusive() {
     let mut unlimited = Workload::new();
     let all = {
         let opts = SearchOptions {
-            ceiling: CEILING as u64,
+            ceiling: Some(CEILING as u64),
             ..Default::default()
         };
         diagnose(
@@ -738,7 +738,7 @@ fn capacity_when_the_original_fits() {
     };
     let mut ev = |_: &Event| {};
     let opts = SearchOptions {
-        ceiling: 250,
+        ceiling: Some(250),
         ..Default::default()
     };
     let d = diagnose(&mut Cap, &mut ev, &TestClock::default(), &space, &opts);
@@ -801,7 +801,7 @@ fn a_module_that_alone_fits_is_the_culprit() {
     s.axes.clear();
     s.fixes.clear();
     let opts = SearchOptions {
-        ceiling: 310,
+        ceiling: Some(310),
         minimise: false,
         ..Default::default()
     };

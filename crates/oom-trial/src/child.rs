@@ -248,7 +248,8 @@ fn run_cuda(config: &Config, req: &Request) -> Result<()> {
     // Read once by the vendored cubecl-runtime when the device's pools are made (vendor/README.md):
     // set before anything touches the device. Always set, so that an inherited value cannot leak in.
     std::env::set_var(MEMORY_MODEL_ENV, config.device.memory_model().name());
-    let fusion = fusion_enabled()?;
+    req.switches.apply_conv();
+    let fusion = req.switches.fusion;
     let ceiling = crate::cuda::CudaCeiling::install(req.ceiling, crate::cuda::OwnContext::Counted)?;
     emit(&ChildEvent::Start {
         backend: BackendKind::Cuda,
@@ -283,14 +284,6 @@ fn run_cuda(config: &Config, req: &Request) -> Result<()> {
 /// burn-cuda without its fusion layer: every tensor operation is its own kernel.
 #[cfg(feature = "cuda")]
 type Unfused = burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>;
-
-/// `OOM_BISECT_FUSION=off` runs the CUDA trial on burn-cubecl directly, without burn-fusion: fewer,
-/// simpler kernels to compile, different memory behaviour. Anything else keeps fusion (burn's default).
-#[cfg(feature = "cuda")]
-fn fusion_enabled() -> Result<bool> {
-    let value = std::env::var(crate::switches::FUSION_ENV).unwrap_or_default();
-    crate::switches::fusion(&value).map_err(|e| anyhow!(e))
-}
 
 #[cfg(not(feature = "cuda"))]
 fn run_cuda(_: &Config, _: &Request) -> Result<()> {

@@ -272,6 +272,7 @@ mod tests {
             engine: crate::Engine::Estimate,
             fault: None,
             timeout_seconds: None,
+            switches: Default::default(),
         }
     }
 

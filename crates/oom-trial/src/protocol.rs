@@ -89,6 +89,10 @@ pub struct Request {
     /// The trial's time limit, set by the runner: a `--exec` holder stops its command at it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_seconds: Option<f64>,
+    /// The switches the parent resolved (`switches.rs`): the child reads no switch from its
+    /// environment.
+    #[serde(default)]
+    pub switches: crate::Switches,
 }
 
 impl Ceiling {

@@ -322,6 +322,7 @@ mod tests {
             engine: Engine::Estimate,
             fault: None,
             timeout_seconds: None,
+            switches: Default::default(),
         }
     }
 

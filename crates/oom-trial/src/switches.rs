@@ -1,7 +1,8 @@
 //! Environment switches that change what a trial measures (its kernels or its memory), read in one
 //! place. The parent reads them once, refuses bad values before any trial, and puts them in the
 //! journal key, so that a re-run with another switch measures again instead of answering from
-//! trials made under the old one; the child inherits them.
+//! trials made under the old one; the child gets them in its request (`Request::switches`), never
+//! from its environment.
 
 /// `off` runs CUDA trials on burn-cubecl without burn's fusion layer: other kernels, other memory.
 pub const FUSION_ENV: &str = "OOM_BISECT_FUSION";
@@ -10,7 +11,7 @@ pub const FUSION_ENV: &str = "OOM_BISECT_FUSION";
 pub const CONV_ENV: &str = "OOM_BISECT_CONV";
 
 /// The switches in force.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Switches {
     pub fusion: bool,
     pub direct_conv: bool,
@@ -29,6 +30,12 @@ impl Switches {
         })
     }
 
+    /// Sets the variable the vendored burn-cubecl reads for the convolution kernel, in the child,
+    /// before the device is touched. Always set, so that an inherited value cannot leak in.
+    pub fn apply_conv(&self) {
+        std::env::set_var(CONV_ENV, if self.direct_conv { "direct" } else { "gemm" });
+    }
+
     /// Everything here in one line, for the journal key and the report.
     pub fn key(&self) -> String {
         let on = |b: bool| if b { "on" } else { "off" };
@@ -41,8 +48,19 @@ impl Switches {
     }
 }
 
+impl Default for Switches {
+    /// burn's defaults: fusion, implicit GEMM, autotune as built.
+    fn default() -> Switches {
+        Switches {
+            fusion: true,
+            direct_conv: false,
+            autotune: cfg!(feature = "autotune"),
+        }
+    }
+}
+
 /// The value of `OOM_BISECT_FUSION`: unset, empty, `on` or `1` keep fusion (burn's default).
-pub fn fusion(value: &str) -> Result<bool, String> {
+fn fusion(value: &str) -> Result<bool, String> {
     match value {
         "" | "on" | "1" => Ok(true),
         "off" | "0" => Ok(false),

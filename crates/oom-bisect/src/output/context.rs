@@ -10,6 +10,9 @@ use std::collections::HashMap;
 /// What the report needs besides the diagnosis.
 pub struct Context<'a> {
     pub title: String,
+    /// The ceiling the trials ran under: as given, or as the trials reported it (a fraction of a
+    /// device); `None` where neither says.
+    pub ceiling: Option<u64>,
     pub backend: String,
     /// The memory model in force (`device.memory_model`).
     pub memory_model: deeplab::MemoryModel,
@@ -35,6 +38,13 @@ pub struct Context<'a> {
 }
 
 impl Context<'_> {
+    /// The ceiling as the report writes it.
+    pub fn ceiling_text(&self) -> String {
+        self.ceiling
+            .map(oom_trial::fmt_bytes)
+            .unwrap_or_else(|| "unknown".into())
+    }
+
     /// The report of a candidate's first run.
     pub fn report(&self, c: &Candidate) -> Option<&TrialReport> {
         self.reports.get(&(c.clone(), 0))

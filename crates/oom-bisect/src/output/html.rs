@@ -58,8 +58,8 @@ pub fn page(d: &Diagnosis, cx: &Context<'_>, report_text: &str) -> String {
     let plots = [
         axis_plot(d, cx, AxisKind::Batch),
         axis_plot(d, cx, AxisKind::Size),
-        stages_plot(cx, d.ceiling_bytes),
-        modules_plot(d),
+        stages_plot(cx),
+        modules_plot(d, cx),
         breakdown_plot(cx),
     ];
     let mut figures = String::new();
@@ -76,7 +76,7 @@ pub fn page(d: &Diagnosis, cx: &Context<'_>, report_text: &str) -> String {
          <p>Green: fits (its peak). Red: out of memory (what was in use when it failed plus the request). \
          Dashed: the ceiling, {ceiling}.</p>\n{figures}<h2>Report</h2>\n<pre>{report}</pre>\n</body></html>\n",
         title = escape(&cx.title),
-        ceiling = fmt_bytes(d.ceiling_bytes),
+        ceiling = cx.ceiling_text(),
         report = escape(report_text),
     )
 }
@@ -133,7 +133,7 @@ fn axis_plot(d: &Diagnosis, cx: &Context<'_>, kind: AxisKind) -> Option<Figure> 
     if pts.len() < 2 {
         return None;
     }
-    let ceiling = d.ceiling_bytes as f64 / MIB;
+    let ceiling = cx.ceiling? as f64 / MIB;
     let x_max = pts.iter().map(|p| p.0).fold(0.0, f64::max) * 1.05;
     let y_max = pts.iter().map(|p| p.1).fold(ceiling, f64::max) * 1.1;
     let mut svg = String::new();
@@ -196,7 +196,7 @@ fn draw_points(chart: &mut Chart<'_, '_>, pts: &[Point]) -> Option<()> {
 
 /// In-use memory after each stage of the last step of the whole run (the original without the
 /// ceiling when it ran out of memory under it), against the ceiling.
-fn stages_plot(cx: &Context<'_>, ceiling: u64) -> Option<Figure> {
+fn stages_plot(cx: &Context<'_>) -> Option<Figure> {
     let r = cx
         .whole_run()
         .map(|(r, _)| r)
@@ -206,7 +206,7 @@ fn stages_plot(cx: &Context<'_>, ceiling: u64) -> Option<Figure> {
     if stages.len() < 2 {
         return None;
     }
-    let ceiling = ceiling as f64 / MIB;
+    let ceiling = cx.ceiling? as f64 / MIB;
     let n = stages.len() as f64;
     let y_max = stages
         .iter()
@@ -278,7 +278,7 @@ fn stages_plot(cx: &Context<'_>, ceiling: u64) -> Option<Figure> {
 }
 
 /// The peak with each module item swapped alone, against the ceiling.
-fn modules_plot(d: &Diagnosis) -> Option<Figure> {
+fn modules_plot(d: &Diagnosis, cx: &Context<'_>) -> Option<Figure> {
     let rows: Vec<(String, Point)> = d
         .module_costs
         .iter()
@@ -287,7 +287,7 @@ fn modules_plot(d: &Diagnosis) -> Option<Figure> {
     bars(
         "peak with each module swapped for identity",
         &rows,
-        Some(d.ceiling_bytes as f64 / MIB),
+        cx.ceiling.map(|c| c as f64 / MIB),
         true,
     )
 }

@@ -60,7 +60,7 @@ fn boundary_row(a: &AxisSearch, cx: &Context<'_>) -> String {
 }
 
 pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
-    let mut s = header(d, cx);
+    let mut s = header(cx);
     s += &verdict(d, cx);
     s += &super::diagnosis::text(d, cx);
     s += &where_the_memory_is(cx);
@@ -82,7 +82,7 @@ pub fn memory_model_meaning(m: deeplab::MemoryModel) -> &'static str {
     }
 }
 
-fn header(d: &Diagnosis, cx: &Context<'_>) -> String {
+fn header(cx: &Context<'_>) -> String {
     let mut s = String::new();
     if cx.fake {
         s += "*** FAKE TRIALS: answers come from the model's memory estimate, not from runs ***\n";
@@ -104,7 +104,7 @@ fn header(d: &Diagnosis, cx: &Context<'_>) -> String {
     s += &format!(
         "backend {}, ceiling {}, {answered_by}\n\n",
         cx.backend,
-        fmt_bytes(d.ceiling_bytes)
+        cx.ceiling_text()
     );
     for n in &cx.notes {
         s += &format!("note: {n}\n");
@@ -116,13 +116,13 @@ fn header(d: &Diagnosis, cx: &Context<'_>) -> String {
 }
 
 fn verdict(d: &Diagnosis, cx: &Context<'_>) -> String {
-    let ceiling = fmt_bytes(d.ceiling_bytes);
+    let ceiling = cx.ceiling_text();
     let o = &d.original;
     match o.outcome {
         Outcome::Oom => {
-            let need = match cx.need_report() {
-                Some(n) => format!(": it {}", memory::need_text(n, d.ceiling_bytes)),
-                None => format!(" under {ceiling}"),
+            let need = match (cx.need_report(), cx.ceiling) {
+                (Some(n), Some(c)) => format!(": it {}", memory::need_text(n, c)),
+                _ => format!(" under {ceiling}"),
             };
             format!("Verdict: the original configuration runs OUT OF MEMORY{need}.\n")
         }
@@ -131,7 +131,9 @@ fn verdict(d: &Diagnosis, cx: &Context<'_>) -> String {
             format!(
                 "Verdict: the original configuration FITS: peak {} of {ceiling}, headroom {}.\n",
                 fmt_bytes(p),
-                fmt_bytes(d.ceiling_bytes.saturating_sub(p))
+                cx.ceiling
+                    .map(|c| fmt_bytes(c.saturating_sub(p)))
+                    .unwrap_or_else(|| "unknown".into())
             )
         }
         Outcome::Inconclusive => format!(
@@ -409,7 +411,7 @@ pub fn json(d: &Diagnosis, cx: &Context<'_>) -> Value {
             "need": d.need,
             "breakdown": cx.breakdown(),
         },
-        "ceiling_bytes": d.ceiling_bytes,
+        "ceiling_bytes": cx.ceiling,
         "backend": cx.backend,
         "memory_model": cx.memory_model.name(),
         "steps_per_trial": cx.steps,

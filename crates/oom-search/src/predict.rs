@@ -1,0 +1,183 @@
+//! Where a boundary probably lies, and so where to probe next, from the peaks of trials that fit:
+//! memory is close to affine in the batch and in the number of pixels (quadratic in the input side),
+//! so a line through measured peaks predicts the largest value under the ceiling. A prediction only
+//! orders probes; it never replaces one.
+
+use crate::bisect::{AxisOptions, Probe};
+use crate::{Axis, Outcome};
+
+/// A predicted probe that fits with a peak under this fraction of the ceiling was a poor prediction
+/// (its line came from points far from the boundary): predict again instead of probing its neighbour.
+const FAR_BELOW: f64 = 0.8;
+
+/// `points`: `(x, peak)` of trials that fit. `base`: memory that does not scale with `x` (parameters,
+/// optimizer state, context), when measured. Returns the index of the largest value in `xs` whose
+/// predicted peak stays at or under `ceiling`, or `None` when there is nothing to fit a line to.
+pub fn predict_boundary(
+    points: &[(f64, f64)],
+    base: Option<f64>,
+    ceiling: f64,
+    xs: &[f64],
+) -> Option<usize> {
+    let mut pts: Vec<(f64, f64)> = points.to_vec();
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    pts.dedup_by(|a, b| a.0 == b.0);
+    // The line through the two largest points, closest to the boundary; with one point, through it and
+    // the base memory at x = 0.
+    let (x1, y1, x2, y2) = match pts.as_slice() {
+        [.., (x1, y1), (x2, y2)] => (*x1, *y1, *x2, *y2),
+        [(x2, y2)] => (0.0, base?, *x2, *y2),
+        [] => return None,
+    };
+    if x2 <= x1 {
+        return None;
+    }
+    let slope = (y2 - y1) / (x2 - x1);
+    if !(slope.is_finite() && slope > 0.0) {
+        return None;
+    }
+    let x_star = x2 + (ceiling - y2) / slope;
+    let mut best = None;
+    for (i, x) in xs.iter().enumerate() {
+        if *x <= x_star {
+            best = Some(i);
+        }
+    }
+    best
+}
+
+/// Where to probe next, from the peaks of the fits so far. Memory held by live tensors is smooth in
+/// batch and pixels, where the device's peak moves in pool pages and, at small inputs, is mostly the
+/// context; what the device held beyond the live tensors at the largest fit is taken off the ceiling.
+///
+/// The policy: probe the predicted last fit; if the prediction was right, its neighbour closes the
+/// interval. A predicted value that fits far below the ceiling predicts once more from the points it
+/// added. Two predicted probes (three with the re-prediction), then plain bisection.
+pub(crate) struct Predictor {
+    xs: Vec<Option<f64>>,
+    ceiling: f64,
+    fit_points: Vec<(f64, f64)>,
+    base_bytes: Option<f64>,
+    overhead: f64,
+    /// Predicted probes left before falling back to plain bisection.
+    left: u32,
+    /// The last predicted probe: its index, outcome, and whether it fit far below the ceiling.
+    last: Option<(usize, Outcome, bool)>,
+    repredicted: bool,
+}
+
+impl Predictor {
+    pub(crate) fn new(axis: &Axis, opts: &AxisOptions) -> Self {
+        Predictor {
+            xs: axis.values.iter().map(|v| v.x).collect(),
+            ceiling: opts.ceiling.unwrap_or(0) as f64,
+            fit_points: vec![],
+            base_bytes: None,
+            overhead: 0.0,
+            left: if opts.predict && opts.ceiling.is_some() {
+                2
+            } else {
+                0
+            },
+            last: None,
+            repredicted: false,
+        }
+    }
+
+    pub(crate) fn note_fit(&mut self, p: &Probe) {
+        let m = &p.measurement;
+        if let (Some(x), Some(y)) = (self.xs[p.index], m.peak_in_use_bytes.or(m.peak_bytes)) {
+            self.fit_points.push((x, y as f64));
+            if let (Some(dev), Some(live)) = (m.peak_bytes, m.peak_in_use_bytes) {
+                self.overhead = dev.saturating_sub(live) as f64;
+            }
+        }
+        if let Some(b) = m.base_bytes {
+            self.base_bytes = Some(b as f64);
+        }
+    }
+
+    pub(crate) fn note_predicted(&mut self, p: &Probe) {
+        let far_below = !self.repredicted
+            && p.measurement
+                .peak_bytes
+                .is_some_and(|b| (b as f64) < FAR_BELOW * self.ceiling);
+        self.last = Some((p.index, p.measurement.outcome, far_below));
+    }
+
+    /// The next predicted probe inside `open`, or `None` for plain bisection from now on.
+    pub(crate) fn next_guess(&mut self, lo: usize, hi: usize, open: &[usize]) -> Option<usize> {
+        if self.left == 0 {
+            return None;
+        }
+        if let Some((_, Outcome::Fits, true)) = self.last {
+            self.repredicted = true;
+            self.left += 1;
+        }
+        let guess = match self.last {
+            Some((i, Outcome::Fits, false)) => Some(i + 1),
+            Some((i, Outcome::Oom, _)) => i.checked_sub(1),
+            Some((_, Outcome::Inconclusive, _)) => None,
+            None | Some((_, Outcome::Fits, true)) => self.predict(lo, hi),
+        };
+        match guess.filter(|g| open.contains(g)) {
+            Some(g) => {
+                self.left -= 1;
+                Some(g)
+            }
+            None => {
+                self.left = 0;
+                None
+            }
+        }
+    }
+
+    /// The predicted last fitting value, kept inside the open interval: a prediction at or below
+    /// `lo` says `lo + 1` is the first to fail.
+    fn predict(&self, lo: usize, hi: usize) -> Option<usize> {
+        let sub: Vec<f64> = self.xs[lo..=hi]
+            .iter()
+            .map(|x| x.unwrap_or(f64::NAN))
+            .collect();
+        if sub.iter().any(|x| x.is_nan()) {
+            return None;
+        }
+        predict_boundary(
+            &self.fit_points,
+            self.base_bytes,
+            self.ceiling - self.overhead,
+            &sub,
+        )
+        .map(|i| (lo + i).clamp(lo + 1, hi - 1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn affine_batch() {
+        // 1 GiB fixed, 0.5 GiB per sample, 4 GiB ceiling: batch 6 fits (4.0), batch 7 does not.
+        let xs: Vec<f64> = (1..=16).map(f64::from).collect();
+        let g = 1024.0 * 1024.0 * 1024.0;
+        let p = predict_boundary(&[(1.0, 1.5 * g)], Some(g), 4.0 * g, &xs);
+        assert_eq!(p, Some(5));
+        let p = predict_boundary(&[(1.0, 1.5 * g), (2.0, 2.0 * g)], None, 4.0 * g, &xs);
+        assert_eq!(p, Some(5));
+    }
+
+    #[test]
+    fn nothing_to_fit() {
+        assert_eq!(predict_boundary(&[], Some(1.0), 10.0, &[1.0, 2.0]), None);
+        assert_eq!(
+            predict_boundary(&[(1.0, 5.0)], None, 10.0, &[1.0, 2.0]),
+            None
+        );
+        // Flat or falling memory predicts nothing.
+        assert_eq!(
+            predict_boundary(&[(1.0, 5.0), (2.0, 5.0)], None, 10.0, &[1.0, 2.0]),
+            None
+        );
+    }
+}

@@ -112,7 +112,7 @@ impl UserError {
     pub fn new(code: i32, message: impl Into<String>) -> Self {
         UserError {
             code,
-            message: deeplab::config::printable(&message.into(), 4000),
+            message: deeplab::config::cut(&message.into(), 4000),
         }
     }
 }

@@ -1,27 +1,31 @@
 //! oom-bisect: parse, resolve, dispatch, and map the result to an exit code. Nothing else.
 
-/// Prints to stdout. A closed stdout (`| head`, a pager that quit) costs what was printed, never
-/// the run: the files are still written and the exit code is the run's.
+/// Prints to stdout, made safe for a terminal (`output::printable`: the one place that does).
+/// A closed stdout (`| head`, a pager that quit) costs what was printed, never the run: the files
+/// are still written and the exit code is the run's.
 macro_rules! show {
     ($($t:tt)*) => {{
         use std::io::Write as _;
-        let _ = write!(std::io::stdout(), $($t)*);
+        let text = crate::output::printable(&format!($($t)*), usize::MAX);
+        let _ = std::io::stdout().write_all(text.as_bytes());
     }};
 }
 
 /// `show!` with a newline.
 macro_rules! showln {
     ($($t:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout(), $($t)*);
+        show!($($t)*);
+        show!("\n");
     }};
 }
 
-/// A line to stderr (progress, warnings, errors); dropped silently when stderr is closed.
+/// A line to stderr (progress, warnings, errors), made safe for a terminal as `show!` is; dropped
+/// silently when stderr is closed.
 macro_rules! tell {
     ($($t:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($t)*);
+        let text = crate::output::printable(&format!($($t)*), usize::MAX);
+        let _ = writeln!(std::io::stderr(), "{text}");
     }};
 }
 
@@ -125,10 +129,7 @@ fn exit_code(result: anyhow::Result<i32>) -> i32 {
                 u.code
             }
             None => {
-                tell!(
-                    "error: {}",
-                    deeplab::config::printable(&format!("{e:#}"), 4000)
-                );
+                tell!("error: {}", deeplab::config::cut(&format!("{e:#}"), 4000));
                 exit_codes::INTERNAL
             }
         },

@@ -314,8 +314,8 @@ fn set_oom(r: &mut TrialReport, at: Option<&Location>, message: String, bytes: O
         step: at.map(|l| l.step),
         bytes,
         in_use_bytes: in_use_at_failure(&message),
-        // It may echo a command's output: escaped, and cut.
-        message: deeplab::config::printable(&message, MESSAGE_CHARS),
+        // It may echo a command's output: cut (the CLI makes it safe to print).
+        message: deeplab::config::cut(&message, MESSAGE_CHARS),
     });
 }
 
@@ -448,7 +448,7 @@ fn tail(stderr: &str) -> String {
     // Each line cut on its own, so that a huge line cannot push out the last one.
     let lines: Vec<String> = lines[from..]
         .iter()
-        .map(|l| deeplab::config::printable(l, MESSAGE_CHARS / 5))
+        .map(|l| deeplab::config::cut(l, MESSAGE_CHARS / 5))
         .collect();
     format!(": {}", lines.join(" | "))
 }

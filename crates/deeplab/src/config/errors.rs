@@ -13,32 +13,27 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    /// Key and message are made safe to print: whatever a user typed may be echoed in them.
+    /// Key and message are cut short: whatever a user typed may be echoed in them.
     pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
         ConfigError {
-            key: printable(&key.into(), 80),
-            message: printable(&message.into(), 400),
+            key: cut(&key.into(), 80),
+            message: cut(&message.into(), 400),
         }
     }
 }
 
-/// `text` with control and bidirectional-override characters escaped (`\u{202e}`) and cut after
-/// `max` characters, so that an error message cannot rewrite the terminal or flood it.
-pub fn printable(text: &str, max: usize) -> String {
-    let bidi = |c: char| matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
-    let mut out = String::new();
-    for (i, c) in text.chars().enumerate() {
-        if i == max {
-            out += &format!("… ({} characters in all)", text.chars().count());
-            break;
-        }
-        match c {
-            '\n' | '\t' => out.push(c),
-            c if c.is_control() || bidi(c) => out += &c.escape_unicode().to_string(),
-            c => out.push(c),
-        }
+/// `text` cut after `max` characters (with how many there were), so that an error message that
+/// echoes what a user typed cannot flood a screen. Making it safe for a terminal is the CLI's job,
+/// done once where it prints.
+pub fn cut(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!(
+            "{}… ({} characters in all)",
+            &text[..at],
+            text.chars().count()
+        ),
+        None => text.to_string(),
     }
-    out
 }
 
 impl fmt::Display for ConfigError {

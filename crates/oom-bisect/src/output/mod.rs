@@ -60,10 +60,31 @@ pub fn program() -> String {
     }
 }
 
+/// `text` made safe for a terminal: control and bidirectional-override characters escaped
+/// (`\u{202e}`; newlines and tabs kept), cut after `max` characters. Everything this program prints
+/// passes through it once (`show!`, `tell!`), so that nothing echoed from a config, a command or
+/// its output can rewrite the terminal.
+pub fn printable(text: &str, max: usize) -> String {
+    let bidi = |c: char| matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    let mut out = String::new();
+    for (i, c) in text.chars().enumerate() {
+        if i == max {
+            out += &format!("… ({} characters in all)", text.chars().count());
+            break;
+        }
+        match c {
+            '\n' | '\t' => out.push(c),
+            c if c.is_control() || bidi(c) => out += &c.escape_unicode().to_string(),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// `text` on one line, as a comment or a log line may hold it: control characters (newlines
 /// included) and bidirectional overrides escaped, cut after `max` characters.
 pub fn one_line(text: &str, max: usize) -> String {
-    deeplab::config::printable(text, max)
+    printable(text, max)
         .replace('\n', "\\n")
         .replace('\t', "\\t")
 }

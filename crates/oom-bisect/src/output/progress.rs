@@ -113,7 +113,8 @@ impl Progress {
             return;
         }
         match &self.bar {
-            Some(b) => b.println(s),
+            // The bar prints past `tell!`: made safe here, as `tell!` does.
+            Some(b) => b.println(super::printable(s, usize::MAX)),
             None => tell!("{s}"),
         }
     }
@@ -132,7 +133,10 @@ impl Progress {
                 if let Some(b) = &self.bar {
                     let again = if *attempt > 0 { " (again)" } else { "" };
                     let purpose = purpose_text(purpose, self.verbose);
-                    b.set_message(format!("{purpose}: {candidate}{again}"));
+                    b.set_message(super::printable(
+                        &format!("{purpose}: {candidate}{again}"),
+                        usize::MAX,
+                    ));
                 }
             }
             Event::TrialFinished {

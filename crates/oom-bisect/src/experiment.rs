@@ -2,18 +2,25 @@
 //! entries only when all of it is equal: the workload, the backend, the ceiling, the engine, the
 //! environment switches that change kernels or memory, and the version of this binary.
 
-use crate::settings::{DeviceSettings, Workload};
+use deeplab::Config;
+use oom_trial::{BackendKind, Ceiling, Engine, Switches};
 
 /// The journal key of an experiment (the workload's device section excluded: the resolved device
 /// settings stand for it).
-pub fn id(w: &Workload, d: &DeviceSettings) -> String {
+pub fn id(
+    config: &Config,
+    backend: BackendKind,
+    ceiling: Ceiling,
+    engine: &Engine,
+    switches: &Switches,
+) -> String {
     format!(
         "{}|{}|{:?}|{:?}|{}|oom-bisect {}",
-        w.config.canonical_key(),
-        d.backend.name(),
-        d.ceiling,
-        d.engine,
-        d.switches.key(),
+        config.canonical_key(),
+        backend.name(),
+        ceiling,
+        engine,
+        switches.key(),
         env!("CARGO_PKG_VERSION"),
     )
 }

@@ -431,7 +431,14 @@ impl BisectSettings {
             need: on(Step::Need),
         };
         let dispatch = crate::dispatch::Dispatch::resolve(args, device.backend)?;
-        let experiment = crate::experiment::id(&workload, &device);
+        let d = &device;
+        let experiment = crate::experiment::id(
+            &workload.config,
+            d.backend,
+            d.ceiling,
+            &d.engine,
+            &d.switches,
+        );
         let journal = args.journal.join(format!(
             "{}-{}.jsonl",
             workload.stem(),

@@ -94,8 +94,8 @@ pub fn bisect_axis(
         Ends::Open { bottom, top } => (bottom, top),
         Ends::Settled(verdict) => return search.done(s, verdict, 0),
     };
-    let mut predictor = Predictor::new(axis, opts);
-    predictor.note_fit(&bottom);
+    let mut predictor = Predictor::new(axis, opts.ceiling, opts.predict);
+    predictor.note_fit(bottom.index, &bottom.measurement);
     let (last_fit, first_oom, skipped) = search.narrow(s, bottom, top, &mut predictor);
     if first_oom.index - last_fit.index > 1 {
         let verdict = search.gap(last_fit, first_oom, &skipped);
@@ -336,11 +336,11 @@ impl Search<'_> {
             s.guess(&next);
             let p = self.probe(s, i, lo, hi);
             if guess.is_some() {
-                predictor.note_predicted(&p);
+                predictor.note_predicted(p.index, &p.measurement);
             }
             match p.measurement.outcome {
                 Outcome::Fits => {
-                    predictor.note_fit(&p);
+                    predictor.note_fit(p.index, &p.measurement);
                     lo_p = p;
                 }
                 Outcome::Oom => hi_p = p,

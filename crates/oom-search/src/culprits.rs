@@ -3,9 +3,8 @@
 
 use crate::ddmin::{ddmin, DdTest};
 use crate::diagnosis::*;
-use crate::driver::as_bool;
 use crate::session::Session;
-use crate::{Candidate, Outcome, Purpose};
+use crate::{Candidate, Measurement, Outcome, Purpose};
 
 /// Each module item swapped alone, all at once where trials can run at once: the forum thread's
 /// method ("swap a block for identity, see if it still OOMs"), done for every item.
@@ -119,5 +118,13 @@ impl DdTest<ModuleItem> for ModuleTest<'_, '_> {
             .map(|set| self.modules.candidate(self.base, set))
             .collect();
         self.s.guess(&cs);
+    }
+}
+
+/// Whether a measurement is `want`; `None` when it was inconclusive (ddmin's "unresolved").
+fn as_bool(m: &Measurement, want: Outcome) -> Option<bool> {
+    match m.outcome {
+        Outcome::Inconclusive => None,
+        o => Some(o == want),
     }
 }

@@ -7,7 +7,7 @@ use crate::culprits::culprits;
 use crate::diagnosis::*;
 use crate::minimal::minimise;
 use crate::session::{Clock, Session};
-use crate::{Axis, Candidate, Event, Measurement, Oracle, Outcome, Purpose};
+use crate::{Axis, Candidate, Event, Oracle, Outcome, Purpose};
 
 /// About how many trials a diagnosis of an original that runs out of memory takes, for progress:
 /// each axis as plain bisection plus its confirmations, every fix and module item, and a dozen for
@@ -232,11 +232,4 @@ fn fixes(s: &mut Session<'_>, space: &Space, axes: &[AxisSearch]) -> Vec<FixResu
         }
     }
     out
-}
-
-pub(crate) fn as_bool(m: &Measurement, want: Outcome) -> Option<bool> {
-    match m.outcome {
-        Outcome::Inconclusive => None,
-        o => Some(o == want),
-    }
 }

@@ -3,8 +3,7 @@
 //! so a line through measured peaks predicts the largest value under the ceiling. A prediction only
 //! orders probes; it never replaces one.
 
-use crate::bisect::{AxisOptions, Probe};
-use crate::{Axis, Outcome};
+use crate::{Axis, Measurement, Outcome};
 
 /// A predicted probe that fits with a peak under this fraction of the ceiling was a poor prediction
 /// (its line came from points far from the boundary): predict again instead of probing its neighbour.
@@ -67,26 +66,23 @@ pub(crate) struct Predictor {
 }
 
 impl Predictor {
-    pub(crate) fn new(axis: &Axis, opts: &AxisOptions) -> Self {
+    /// For `axis` under `ceiling` (no predictions where it is unknown, or without `predict`).
+    pub(crate) fn new(axis: &Axis, ceiling: Option<u64>, predict: bool) -> Self {
         Predictor {
             xs: axis.values.iter().map(|v| v.x).collect(),
-            ceiling: opts.ceiling.unwrap_or(0) as f64,
+            ceiling: ceiling.unwrap_or(0) as f64,
             fit_points: vec![],
             base_bytes: None,
             overhead: 0.0,
-            left: if opts.predict && opts.ceiling.is_some() {
-                2
-            } else {
-                0
-            },
+            left: if predict && ceiling.is_some() { 2 } else { 0 },
             last: None,
             repredicted: false,
         }
     }
 
-    pub(crate) fn note_fit(&mut self, p: &Probe) {
-        let m = &p.measurement;
-        if let (Some(x), Some(y)) = (self.xs[p.index], m.peak_in_use_bytes.or(m.peak_bytes)) {
+    /// A fit at value `index`.
+    pub(crate) fn note_fit(&mut self, index: usize, m: &Measurement) {
+        if let (Some(x), Some(y)) = (self.xs[index], m.peak_in_use_bytes.or(m.peak_bytes)) {
             self.fit_points.push((x, y as f64));
             if let (Some(dev), Some(live)) = (m.peak_bytes, m.peak_in_use_bytes) {
                 self.overhead = dev.saturating_sub(live) as f64;
@@ -97,12 +93,12 @@ impl Predictor {
         }
     }
 
-    pub(crate) fn note_predicted(&mut self, p: &Probe) {
+    /// The outcome of the predicted probe at value `index`.
+    pub(crate) fn note_predicted(&mut self, index: usize, m: &Measurement) {
         let far_below = !self.repredicted
-            && p.measurement
-                .peak_bytes
+            && m.peak_bytes
                 .is_some_and(|b| (b as f64) < FAR_BELOW * self.ceiling);
-        self.last = Some((p.index, p.measurement.outcome, far_below));
+        self.last = Some((index, m.outcome, far_below));
     }
 
     /// The next predicted probe inside `open`, or `None` for plain bisection from now on.

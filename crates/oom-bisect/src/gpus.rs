@@ -1,29 +1,32 @@
 //! Common cards for `--gpu NAME`: a ceiling by name ("behave like a 24 GiB RTX 3090").
 
-/// (name, aliases, memory in GiB, description).
+/// (name, aliases, memory in MiB, description). Cards sold by binary size (GDDR: "24 GB" is
+/// 24 GiB) are that size; an H200's "141 GB" is what CUDA reports on our H200, 139.80 GiB
+/// (docs/runs/h200, PyTorch's "total capacity"). A card a little larger than the device it is asked
+/// of is that device (`settings::check_ceiling`).
 pub const GPUS: &[(&str, &[&str], u64, &str)] = &[
-    ("rtx3060", &["3060"], 12, "NVIDIA GeForce RTX 3060 12 GB"),
-    ("rtx3080", &["3080"], 10, "NVIDIA GeForce RTX 3080 10 GB"),
-    ("rtx3090", &["3090"], 24, "NVIDIA GeForce RTX 3090 24 GB"),
+    ("rtx3060", &["3060"], 12288, "NVIDIA GeForce RTX 3060 12 GB"),
+    ("rtx3080", &["3080"], 10240, "NVIDIA GeForce RTX 3080 10 GB"),
+    ("rtx3090", &["3090"], 24576, "NVIDIA GeForce RTX 3090 24 GB"),
     (
         "rtx4060ti",
         &["4060ti"],
-        16,
+        16384,
         "NVIDIA GeForce RTX 4060 Ti 16 GB",
     ),
-    ("rtx4070", &["4070"], 12, "NVIDIA GeForce RTX 4070 12 GB"),
-    ("rtx4080", &["4080"], 16, "NVIDIA GeForce RTX 4080 16 GB"),
-    ("rtx4090", &["4090"], 24, "NVIDIA GeForce RTX 4090 24 GB"),
-    ("rtx5090", &["5090"], 32, "NVIDIA GeForce RTX 5090 32 GB"),
-    ("t4", &[], 16, "NVIDIA T4 16 GB"),
-    ("v100-16", &["v100"], 16, "NVIDIA V100 16 GB"),
-    ("v100-32", &[], 32, "NVIDIA V100 32 GB"),
-    ("a10", &["a10g"], 24, "NVIDIA A10 / A10G 24 GB"),
-    ("l4", &[], 24, "NVIDIA L4 24 GB"),
-    ("a100-40", &["a100"], 40, "NVIDIA A100 40 GB"),
-    ("a100-80", &[], 80, "NVIDIA A100 80 GB"),
-    ("h100", &["h100-80"], 80, "NVIDIA H100 80 GB"),
-    ("h200", &[], 141, "NVIDIA H200 141 GB"),
+    ("rtx4070", &["4070"], 12288, "NVIDIA GeForce RTX 4070 12 GB"),
+    ("rtx4080", &["4080"], 16384, "NVIDIA GeForce RTX 4080 16 GB"),
+    ("rtx4090", &["4090"], 24576, "NVIDIA GeForce RTX 4090 24 GB"),
+    ("rtx5090", &["5090"], 32768, "NVIDIA GeForce RTX 5090 32 GB"),
+    ("t4", &[], 16384, "NVIDIA T4 16 GB"),
+    ("v100-16", &["v100"], 16384, "NVIDIA V100 16 GB"),
+    ("v100-32", &[], 32768, "NVIDIA V100 32 GB"),
+    ("a10", &["a10g"], 24576, "NVIDIA A10 / A10G 24 GB"),
+    ("l4", &[], 24576, "NVIDIA L4 24 GB"),
+    ("a100-40", &["a100"], 40960, "NVIDIA A100 40 GB"),
+    ("a100-80", &[], 81920, "NVIDIA A100 80 GB"),
+    ("h100", &["h100-80"], 81920, "NVIDIA H100 80 GB"),
+    ("h200", &[], 143_155, "NVIDIA H200 141 GB"),
 ];
 
 fn norm(s: &str) -> String {
@@ -42,18 +45,19 @@ pub fn lookup(name: &str) -> Option<(u64, &'static str)> {
     let n = norm(name);
     GPUS.iter()
         .find(|(k, aliases, _, _)| *k == n || aliases.contains(&n.as_str()))
-        .map(|(_, _, gib, desc)| (gib << 30, *desc))
+        .map(|(_, _, mib, desc)| (mib << 20, *desc))
 }
 
 pub fn table() -> String {
     let mut s = String::from("Cards for --gpu (the ceiling is the card's memory):\n");
-    for (k, aliases, gib, desc) in GPUS {
+    for (k, aliases, mib, desc) in GPUS {
         let a = if aliases.is_empty() {
             String::new()
         } else {
             format!(" (also {})", aliases.join(", "))
         };
-        s.push_str(&format!("  {k:<10} {gib:>4} GiB  {desc}{a}\n"));
+        let gib = *mib as f64 / 1024.0;
+        s.push_str(&format!("  {k:<10} {gib:>6.1} GiB  {desc}{a}\n"));
     }
     s
 }
@@ -66,5 +70,7 @@ mod tests {
         assert_eq!(super::lookup("rtx3090").unwrap().0, 24 << 30);
         assert_eq!(super::lookup("a100").unwrap().0, 40 << 30);
         assert!(super::lookup("voodoo2").is_none());
+        // What CUDA reports of an H200, not its "141 GB" read as GiB (more than the card has).
+        assert_eq!(super::lookup("h200").unwrap().0, 143_155 << 20);
     }
 }

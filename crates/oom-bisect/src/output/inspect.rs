@@ -90,7 +90,7 @@ fn against(est: &MemoryEstimate, ceiling: Ceiling) -> String {
             "Against the config's ceiling of {}: the estimate fits, {} to spare ({:.0}% of it).\n",
             fmt_bytes(c),
             fmt_bytes(c - need),
-            need as f64 / c as f64 * 100.0
+            (c - need) as f64 / c as f64 * 100.0
         ),
         Ceiling::Bytes(c) => format!(
             "Against the config's ceiling of {}: the estimate is over by {} (+{:.0}%); `bisect` \
@@ -99,5 +99,20 @@ fn against(est: &MemoryEstimate, ceiling: Ceiling) -> String {
             fmt_bytes(need - c),
             (need as f64 / c as f64 - 1.0) * 100.0
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What is to spare is the share of the ceiling left over, not the share used.
+    #[test]
+    fn the_spare_share_is_what_is_left() {
+        let c = deeplab::Config::example();
+        let est = deeplab::Architecture::new(&c).unwrap().memory_estimate(&c);
+        let need = est.peak.total();
+        let text = against(&est, Ceiling::Bytes(need * 4));
+        assert!(text.contains("(75% of it)"), "{text}");
     }
 }

@@ -84,10 +84,9 @@ impl DeviceSettings {
         let switches = Switches::from_env().map_err(|e| user(code::USAGE, e))?;
         let mut notes = vec![];
         let (backend, device_name) = resolve_backend(args, config, &engine, &mut notes)?;
-        let (ceiling, ceiling_arg) = choose_ceiling(args, config)?;
-        let card = ceiling_arg
-            .as_deref()
-            .is_some_and(|a| a.starts_with("--gpu"));
+        let (ceiling, given) = choose_ceiling(args, config)?;
+        let card = matches!(given, Some((CeilingKind::Gpu, _)));
+        let ceiling_arg = given.map(|(_, arg)| arg);
         let (ceiling, ceiling_bytes) = check_ceiling(
             ceiling,
             card,
@@ -266,8 +265,12 @@ pub fn check_device_section(config: &Config) -> Result<Ceiling> {
     choose_ceiling(&no_flags, config).map(|(c, _)| c)
 }
 
-/// The ceiling the user asked for: a flag (they exclude each other) over the file's one key.
-fn choose_ceiling(args: &DeviceArgs, config: &Config) -> Result<(Ceiling, Option<String>)> {
+/// The ceiling the user asked for: a flag (they exclude each other) over the file's one key; how
+/// it was given, and the flag that gives it again.
+fn choose_ceiling(
+    args: &DeviceArgs,
+    config: &Config,
+) -> Result<(Ceiling, Option<(CeilingKind, String)>)> {
     let given = |from: usize| -> Vec<(CeilingKind, String, &'static str)> {
         CeilingKind::ALL
             .into_iter()
@@ -295,7 +298,7 @@ fn choose_ceiling(args: &DeviceArgs, config: &Config) -> Result<(Ceiling, Option
         Some((kind, value, name)) => {
             let c = parse_ceiling(kind, &value, name)?;
             let word = crate::output::shell_word(&value);
-            Ok((c, Some(format!("{} {word}", kind.flag()))))
+            Ok((c, Some((kind, format!("{} {word}", kind.flag())))))
         }
     }
 }

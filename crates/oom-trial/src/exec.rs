@@ -210,13 +210,8 @@ fn group_resident() -> Option<u64> {
         if pid == me {
             continue;
         }
-        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-        // After the command name (which may hold spaces), in parentheses: state, ppid, pgrp, …,
-        // rss is the 22nd field after it.
-        let fields: Vec<&str> = stat
-            .rsplit_once(')')
-            .map(|(_, rest)| rest.split_whitespace().collect())
-            .unwrap_or_default();
+        // After the command name: state, ppid, pgrp, …, rss is the 22nd field.
+        let fields = contain::stat_fields(&pid.to_string()).unwrap_or_default();
         if fields.get(2).and_then(|g| g.parse::<i32>().ok()) == Some(group) {
             total += fields
                 .get(21)

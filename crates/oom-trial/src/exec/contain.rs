@@ -217,7 +217,7 @@ fn cgroup_procs(dir: &Path) -> Vec<i32> {
 }
 
 /// `/proc/PID/stat`'s fields after the command name (which may hold spaces and parentheses).
-fn stat_fields(pid: &str) -> Option<Vec<String>> {
+pub(super) fn stat_fields(pid: &str) -> Option<Vec<String>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let (_, rest) = stat.rsplit_once(')')?;
     Some(rest.split_whitespace().map(str::to_string).collect())

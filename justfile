@@ -9,9 +9,10 @@ build:
 build-autotune:
     cargo build --release --features autotune
 
-# Run the test suite, as CI does (CPU backend, no GPU needed).
+# Run the test suite, as CI does (CPU backend, no GPU needed), and the vendored allocator's tests.
 test:
     cargo test --workspace
+    cargo test --manifest-path vendor/cubecl-runtime/Cargo.toml --target-dir target/vendor-tests --lib oom_bisect
 
 # Formatting and lints, as CI checks them.
 lint:

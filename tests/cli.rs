@@ -468,7 +468,7 @@ fn fake_bisect_json_has_every_field() {
     let (o, r, d) = fake_forum("bisect", "fakejson", &[]);
     assert_eq!(code(&o), 0, "{}", text(&o));
     let t = text(&o);
-    assert!(t.contains("FAKE TRIALS"));
+    assert!(t.contains("ESTIMATE: every figure below is the model's memory estimate"));
     assert!(
         t.contains("Reproduce with: ") && t.contains(" trial --config"),
         "{t}"

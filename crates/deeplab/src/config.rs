@@ -555,6 +555,16 @@ size = [512, 512]
         assert!(e.message.contains("`train`"), "{e}");
     }
 
+    /// `--set batch=4` names the key it meant: the section is missing, not the key.
+    #[test]
+    fn a_set_without_its_section_names_the_full_key() {
+        let mut t = toml::Table::new();
+        let e = super::errors::apply_set(&mut t, "batch=4").unwrap_err();
+        assert!(e.message.contains("did you mean `data.batch`"), "{e}");
+        let e = super::errors::apply_set(&mut t, "outputstride=16").unwrap_err();
+        assert!(e.message.contains("`model.output_stride`"), "{e}");
+    }
+
     #[test]
     fn invalid_knobs_name_the_key() {
         let c = Config::from_toml_str(BASE).unwrap();

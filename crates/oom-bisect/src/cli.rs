@@ -57,11 +57,9 @@ pub struct ConfigArgs {
 pub const DEFAULT_TRIAL_TIMEOUT: u64 = 600;
 
 /// The device and its ceiling.
-#[derive(Debug, Args)]
-pub struct DeviceArgs {
-    /// Backend: cuda or cpu [default: cuda when a device is found, else cpu]
-    #[arg(long, value_enum)]
-    pub backend: Option<BackendArg>,
+/// The ceiling flags (one at most), shared by the commands that run trials and `inspect`.
+#[derive(Debug, Args, Default)]
+pub struct CeilingArgs {
     /// Ceiling as a size: 24GiB, 24000MiB, or plain bytes; `none` removes the config's ceiling
     #[arg(
         long,
@@ -81,6 +79,15 @@ pub struct DeviceArgs {
     /// Ceiling of a known card, e.g. rtx3090; `--gpu help` lists them
     #[arg(long, value_name = "NAME", group = "ceiling")]
     pub gpu: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DeviceArgs {
+    /// Backend: cuda or cpu [default: cuda when a device is found, else cpu]
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendArg>,
+    #[command(flatten)]
+    pub ceiling: CeilingArgs,
     /// Seconds before a trial is killed and counted as a timeout (at most a week)
     #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_TRIAL_TIMEOUT,
           value_parser = clap::value_parser!(u64).range(1..=7 * 24 * 3600))]
@@ -89,11 +96,24 @@ pub struct DeviceArgs {
     /// candidate's config file (also $OOM_BISECT_CONFIG), the ceiling is $OOM_BISECT_MEMORY_LIMIT
     /// (held on CUDA, only passed on on the CPU). Exit 0 fits; a framework's out-of-memory message
     /// is an OOM; anything else an error. See the README, "Your own training script"
-    #[arg(long, value_name = "COMMAND", conflicts_with = "fake_trials")]
+    #[arg(long, value_name = "COMMAND", conflicts_with = "estimate")]
     pub exec: Option<String>,
-    /// Internal: answer trials from the analytic estimate instead of running them (tests)
-    #[arg(long, hide = true)]
-    pub fake_trials: bool,
+    /// How a CUDA ceiling is held: `ballast` (the rest of the card is filled; one trial per GPU)
+    /// or `cap` (experimental: the allocator refuses past it and trials share a GPU, five 24 GiB
+    /// ceilings on an H200; some boundaries differ, see docs/performance.md) [default: ballast]
+    #[arg(long, value_enum, value_name = "HOW")]
+    pub ceiling_by: Option<CeilingByArg>,
+    /// Answer every trial from the model's memory estimate instead of training it: the whole
+    /// diagnosis in seconds on any machine, under any ceiling, labelled as an estimate (its
+    /// accuracy against an H200: docs/estimate.md). Confirm it on a GPU without this flag
+    #[arg(long, alias = "fake-trials")]
+    pub estimate: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CeilingByArg {
+    Cap,
+    Ballast,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
@@ -160,12 +180,14 @@ pub struct BisectArgs {
     /// search narrows, 1-minimality (the JSON always has them)
     #[arg(long, short)]
     pub verbose: bool,
-    /// CUDA devices to run trials on, one trial per device at a time: `all`, or indices of the
-    /// visible devices (an inherited CUDA_VISIBLE_DEVICES is respected), e.g. 0,1 [default: all]
+    /// CUDA devices to run trials on (one trial per device at a time; several with --ceiling-by
+    /// cap): `all`, or indices of the visible devices (an inherited CUDA_VISIBLE_DEVICES is
+    /// respected), e.g. 0,1 [default: all]
     #[arg(long, value_name = "LIST")]
     pub devices: Option<String>,
-    /// Trials at once [default: one per device on CUDA; 1 on the CPU; with --launcher,
-    /// $SLURM_NTASKS or 1]. The report does not depend on it.
+    /// Trials at once [default: one per device on CUDA (with --ceiling-by cap, as many ceilings as
+    /// fit); on the CPU one per core as memory allows (1 for --estimate and --exec); with
+    /// --launcher, $SLURM_NTASKS or 1]. The report does not depend on it.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
     pub jobs: Option<u16>,
     /// Start every trial through this command, e.g. 'srun -N1 -n1 --gpus-per-task=1 --exact'
@@ -200,6 +222,9 @@ pub enum FaultArg {
 pub struct InspectArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
+    /// The ceiling the estimate is compared with, instead of the config's
+    #[command(flatten)]
+    pub ceiling: CeilingArgs,
 }
 
 #[derive(Debug, Args)]

@@ -35,6 +35,7 @@ fn runner(device: &DeviceSettings) -> ProcessRunner {
     ProcessRunner {
         timeout: device.trial_timeout,
         kernel_cache,
+        ceiling_by: device.ceiling_by,
         ..ProcessRunner::default()
     }
 }
@@ -83,6 +84,12 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     let about = oom_search::expected_trials(&space, &st.search);
     let mut progress = Progress::new(st.quiet, st.search.budget.max_trials, about);
     progress.verbose = st.verbose;
+    if st.device.backend == BackendKind::Cpu && st.device.engine == oom_trial::Engine::Train {
+        progress.slow_cpu = Some(output::progress::SlowCpu {
+            about,
+            jobs: st.dispatch.slots.len(),
+        });
+    }
     let journal = Arc::new(Mutex::new(journal));
     let pool = Pool::new(
         st.dispatch.workers(&runner(&st.device)),
@@ -259,7 +266,19 @@ fn report_run(run: &BisectRun) -> Result<i32> {
         journal: Some(st.journal.display().to_string()),
         resumed: run.resumed,
         wall_seconds: run.wall_seconds,
-        fake: st.device.engine == oom_trial::Engine::Estimate,
+        estimate: st.device.engine == oom_trial::Engine::Estimate,
+        confirm: (st.device.engine == oom_trial::Engine::Estimate).then(|| {
+            format!(
+                "{} bisect --config {}{sets} --backend cuda{}",
+                output::program(),
+                output::shell_word(&w.path.display().to_string()),
+                st.device
+                    .ceiling_arg
+                    .as_ref()
+                    .map(|c| format!(" {c}"))
+                    .unwrap_or_default()
+            )
+        }),
         exec: st.device.exec_command(),
         verbose: st.verbose,
         ceiling: run.ceiling,
@@ -275,7 +294,7 @@ fn report_run(run: &BisectRun) -> Result<i32> {
         written.push(write_file(&m.path, &m.text));
     }
     if let Some(j) = &st.json {
-        let v = report::json(d, &cx);
+        let v = output::stamped(report::json(d, &cx), w.config.device.memory_model());
         written.push(write_file(
             j,
             &serde_json::to_string_pretty(&v).expect("json"),
@@ -347,7 +366,9 @@ pub fn trial(args: &TrialArgs) -> Result<i32> {
     let r = runner(&device).run(&request(&w.config, &device, fault));
     show!("{}", output::trial_table::trial_table(&r));
     if let Some(j) = &args.json {
-        write_file(j, &serde_json::to_string_pretty(&r).expect("json"))?;
+        let v = serde_json::to_value(&r).expect("a trial report serialises");
+        let v = output::stamped(v, w.config.device.memory_model());
+        write_file(j, &serde_json::to_string_pretty(&v).expect("json"))?;
     }
     Ok(match r.outcome {
         TrialOutcome::Fits => code::SUCCESS,
@@ -358,9 +379,12 @@ pub fn trial(args: &TrialArgs) -> Result<i32> {
 
 pub fn inspect(args: &InspectArgs) -> Result<i32> {
     let w = Workload::load(&args.config)?;
-    let ceiling = crate::settings::check_device_section(&w.config)?;
+    let (ceiling, notes) = crate::settings::check_device_section(&w.config, &args.ceiling)?;
     let arch =
         Architecture::new(&w.config).map_err(|e| user(code::CONFIG_INVALID, e.to_string()))?;
+    for n in notes {
+        tell!("oom-bisect: note: {n}");
+    }
     show!("{}", output::inspect::inspect(&w.config, &arch, ceiling));
     Ok(code::SUCCESS)
 }

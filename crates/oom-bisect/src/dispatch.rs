@@ -1,17 +1,22 @@
 //! Where trials run: `--devices`, `--jobs` and `--launcher` resolved into the pool's workers.
 //!
-//! - CUDA: one worker per GPU, each trial on its own card through `CUDA_VISIBLE_DEVICES` (the
-//!   ceiling is per device, so two trials never share one). An inherited `CUDA_VISIBLE_DEVICES`
-//!   (Slurm, Kubernetes) is respected: `--devices` picks among the devices it leaves visible.
-//! - CPU: `--jobs` workers on this host (default 1).
+//! - CUDA: each trial on its card through `CUDA_VISIBLE_DEVICES`. Under a capped ceiling (the
+//!   default for built-in trials) as many workers per GPU as ceilings fit in its free memory (five
+//!   24 GiB ceilings on an H200), each trial its own process; under ballast one worker per GPU, as
+//!   the ballast takes the whole card. An inherited `CUDA_VISIBLE_DEVICES` (Slurm, Kubernetes) is
+//!   respected: `--devices` picks among the devices it leaves visible.
+//! - CPU: `--jobs` workers on this host; by default, for the built-in model, as many as there are
+//!   cores and as the memory now available holds trials under the ceiling (both cores of a 2-core
+//!   machine for the quickstart), else one.
 //! - `--launcher 'srun -n1 --exact'`: every trial's command is prefixed with the launcher, which
 //!   places it (a Slurm job step in the current allocation); `--jobs` steps at once, by default
 //!   `$SLURM_NTASKS`, else 1.
 
 use crate::cli::BisectArgs;
 use crate::exit_codes::{self as code, user};
+use crate::settings::DeviceSettings;
 use anyhow::Result;
-use oom_trial::{BackendKind, ProcessRunner, Worker};
+use oom_trial::{BackendKind, CeilingBy, ProcessRunner, Worker};
 
 /// One worker's place: its label and what its trials' processes get.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,7 +35,7 @@ pub struct Dispatch {
 }
 
 impl Dispatch {
-    pub fn resolve(args: &BisectArgs, backend: BackendKind) -> Result<Dispatch> {
+    pub fn resolve(args: &BisectArgs, device: &DeviceSettings) -> Result<Dispatch> {
         let jobs = args.jobs.map(usize::from);
         if let Some(l) = &args.launcher {
             if args.devices.is_some() {
@@ -41,14 +46,14 @@ impl Dispatch {
             }
             return launcher(l, jobs);
         }
-        match backend {
-            BackendKind::Cuda => gpus(args.devices.as_deref(), jobs),
+        match device.backend {
+            BackendKind::Cuda => gpus(args.devices.as_deref(), jobs, sharing(device)),
             BackendKind::Cpu => {
                 if args.devices.is_some() {
                     return Err(usage("--devices names CUDA devices; on the CPU use --jobs"));
                 }
                 Ok(Dispatch {
-                    slots: (0..jobs.unwrap_or(1))
+                    slots: (0..jobs.unwrap_or_else(|| cpu_jobs(device)))
                         .map(|i| slot(format!("cpu:{i}"), vec![]))
                         .collect(),
                     launcher: vec![],
@@ -78,6 +83,22 @@ impl Dispatch {
             })
             .collect()
     }
+}
+
+/// Memory a CPU trial's process takes beyond its ceiling (the binary, burn's runtime, threads).
+const CPU_TRIAL_OVERHEAD: u64 = 512 << 20;
+
+/// The default number of CPU trials at once: one per core, as many as the available memory holds
+/// at the ceiling plus a process's overhead; one for the estimate (instant) and for `--exec` (a
+/// command whose needs are its own).
+fn cpu_jobs(device: &DeviceSettings) -> usize {
+    if device.engine != oom_trial::Engine::Train {
+        return 1;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let each = device.ceiling_bytes.unwrap_or(u64::MAX / 2) + CPU_TRIAL_OVERHEAD;
+    let fit = (oom_trial::host_available() / each) as usize;
+    cores.min(fit).max(1)
 }
 
 fn usage(msg: &str) -> anyhow::Error {
@@ -130,30 +151,67 @@ fn visible_gpus() -> Result<Vec<String>> {
     Ok((0..n).map(|i| i.to_string()).collect())
 }
 
-fn gpus(devices: Option<&str>, jobs: Option<usize>) -> Result<Dispatch> {
+/// The ceiling in bytes when trials may share a GPU (a capped ceiling of a known size).
+fn sharing(device: &DeviceSettings) -> Option<u64> {
+    (device.ceiling_by == CeilingBy::Cap)
+        .then_some(device.ceiling_bytes)
+        .flatten()
+}
+
+/// Trials at once on visible GPU `i`: one, or under a cap as many ceilings as its free memory holds.
+fn per_gpu(i: usize, ceiling: Option<u64>) -> usize {
+    let Some(ceiling) = ceiling.filter(|&c| c > 0) else {
+        return 1;
+    };
+    let free = oom_trial::cuda_free_bytes(i).map_or(0, |(free, _)| free);
+    ((free / ceiling) as usize).max(1)
+}
+
+fn gpus(devices: Option<&str>, jobs: Option<usize>, ceiling: Option<u64>) -> Result<Dispatch> {
     let visible = visible_gpus()?;
     let picked = pick(devices, &visible)?;
-    let n = jobs.unwrap_or(picked.len());
-    if n > picked.len() {
-        return Err(usage(&format!(
-            "--jobs {n} asks for more trials at once than GPUs ({}): each trial needs a card of \
-             its own, because the ceiling is per device",
-            picked.len()
-        )));
-    }
-    let slots = picked[..n]
-        .iter()
-        .map(|(i, entry)| {
-            slot(
-                format!("cuda:{i}"),
-                vec![("CUDA_VISIBLE_DEVICES".into(), entry.clone())],
-            )
-        })
-        .collect();
+    let counts: Vec<usize> = picked.iter().map(|(i, _)| per_gpu(*i, ceiling)).collect();
     Ok(Dispatch {
-        slots,
+        slots: gpu_slots(&picked, &counts, jobs)?,
         launcher: vec![],
     })
+}
+
+/// The workers on the picked GPUs, `counts[g]` on GPU `g`, spread round-robin so that the first
+/// `jobs` use every GPU before any GPU's second slot.
+fn gpu_slots(
+    picked: &[(usize, String)],
+    counts: &[usize],
+    jobs: Option<usize>,
+) -> Result<Vec<Slot>> {
+    let room: usize = counts.iter().sum();
+    let n = jobs.unwrap_or(room);
+    if n > room {
+        return Err(usage(&format!(
+            "--jobs {n} asks for more trials at once than the GPUs hold ({room}): under \
+             --ceiling-by ballast each trial needs a card of its own; under a cap, as many as \
+             ceilings fit in a card's free memory"
+        )));
+    }
+    let rounds = counts.iter().copied().max().unwrap_or(0);
+    let shared = rounds > 1;
+    let mut slots = vec![];
+    for k in 0..rounds {
+        for ((i, entry), &count) in picked.iter().zip(counts) {
+            if k < count && slots.len() < n {
+                let label = if shared {
+                    format!("cuda:{i}.{k}")
+                } else {
+                    format!("cuda:{i}")
+                };
+                slots.push(slot(
+                    label,
+                    vec![("CUDA_VISIBLE_DEVICES".into(), entry.clone())],
+                ));
+            }
+        }
+    }
+    Ok(slots)
 }
 
 /// `--devices all` or a list of indices into the visible devices (as CUDA numbers them).
@@ -209,6 +267,27 @@ mod tests {
         for bad in ["3", "x", "1,1", ""] {
             assert!(pick(Some(bad), &visible()).is_err(), "{bad}");
         }
+    }
+
+    /// Under a cap, a GPU takes as many workers as ceilings fit; `--jobs` takes every GPU's first
+    /// slot before any second one, and cannot ask for more than there is room for.
+    #[test]
+    fn shared_gpus_fill_round_robin() {
+        let picked = vec![(0, "GPU-aaa".into()), (1, "GPU-bbb".into())];
+        let labels = |counts: &[usize], jobs| -> Vec<String> {
+            let slots = gpu_slots(&picked, counts, jobs).unwrap();
+            slots.into_iter().map(|s| s.label).collect()
+        };
+        assert_eq!(labels(&[1, 1], None), ["cuda:0", "cuda:1"]);
+        assert_eq!(
+            labels(&[2, 3], None),
+            ["cuda:0.0", "cuda:1.0", "cuda:0.1", "cuda:1.1", "cuda:1.2"]
+        );
+        assert_eq!(
+            labels(&[5, 5], Some(3)),
+            ["cuda:0.0", "cuda:1.0", "cuda:0.1"]
+        );
+        assert!(gpu_slots(&picked, &[1, 1], Some(3)).is_err());
     }
 
     #[test]

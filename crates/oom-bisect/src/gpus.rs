@@ -29,6 +29,30 @@ pub const GPUS: &[(&str, &[&str], u64, &str)] = &[
     ("h200", &[], 143_155, "NVIDIA H200 141 GB"),
 ];
 
+/// A warning when a size given in decimal units (`24GB`) lands just under a card's memory: cards
+/// are sold in binary sizes ("24 GB" is 24 GiB), so `24GB` (22.35 GiB) is not what the box says.
+/// `given`: the text as typed; `bytes`: what it was read as.
+pub fn decimal_warning(given: &str, bytes: u64) -> Option<String> {
+    let unit = given.trim().trim_end_matches(|c: char| c.is_whitespace());
+    let lower = unit.to_ascii_lowercase();
+    let decimal = ["kb", "mb", "gb", "tb"].iter().any(|u| lower.ends_with(u));
+    if !decimal || bytes == 0 {
+        return None;
+    }
+    let (name, _, mib, desc) = GPUS.iter().find(|(_, _, mib, _)| {
+        let ratio = (mib << 20) as f64 / bytes as f64;
+        (1.0..1.1).contains(&ratio)
+    })?;
+    Some(format!(
+        "{given} is read in decimal units: {} bytes = {}. The {desc} has {} (cards are sold in \
+         binary sizes); for that card write {}GiB or --gpu {name}",
+        bytes,
+        oom_trial::fmt_bytes(bytes),
+        oom_trial::fmt_bytes(mib << 20),
+        mib / 1024,
+    ))
+}
+
 fn norm(s: &str) -> String {
     s.to_ascii_lowercase()
         .chars()
@@ -64,6 +88,15 @@ pub fn table() -> String {
 
 #[cfg(test)]
 mod tests {
+    /// `24GB` is a 3090 owner typing the box; `24GiB`, and decimal sizes far from a card, are not.
+    #[test]
+    fn decimal_sizes_near_a_card_are_questioned() {
+        let w = super::decimal_warning("--memory-limit 24GB", 24_000_000_000).unwrap();
+        assert!(w.contains("22.35 GiB") && w.contains("24GiB"), "{w}");
+        assert!(super::decimal_warning("--memory-limit 24GiB", 24 << 30).is_none());
+        assert!(super::decimal_warning("--memory-limit 5GB", 5_000_000_000).is_none());
+    }
+
     #[test]
     fn names() {
         assert_eq!(super::lookup("RTX 3090").unwrap().0, 24 << 30);

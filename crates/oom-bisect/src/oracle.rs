@@ -22,6 +22,8 @@ pub fn request(config: &Config, device: &DeviceSettings, fault: Option<Fault>) -
         fault,
         timeout_seconds: None,
         switches: device.switches.clone(),
+        // The runner sets it: it is how the worker holds the ceiling, not what is measured.
+        ceiling_by: Default::default(),
     }
 }
 

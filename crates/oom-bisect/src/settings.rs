@@ -2,13 +2,13 @@
 //! place and passed down. Flags override the file; every problem becomes a `UserError` with its exit
 //! code. Nothing here prints: what a user should hear is returned as notes.
 
-use crate::cli::{BackendArg, BisectArgs, ConfigArgs, DeviceArgs, Step};
+use crate::cli::{BackendArg, BisectArgs, CeilingArgs, CeilingByArg, ConfigArgs, DeviceArgs, Step};
 use crate::exit_codes::{self as code, user};
 use crate::gpus;
 use anyhow::Result;
 use deeplab::{Architecture, Config};
 use oom_search::{Budget, SearchOptions};
-use oom_trial::{fmt_bytes, parse_size, BackendKind, Ceiling, Engine, Switches};
+use oom_trial::{fmt_bytes, parse_size, BackendKind, Ceiling, CeilingBy, Engine, Switches};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -68,13 +68,15 @@ pub struct DeviceSettings {
     pub engine: Engine,
     /// Environment switches that change kernels or memory.
     pub switches: Switches,
+    /// How a CUDA ceiling is held (`--ceiling-by`); it decides how many trials share a GPU.
+    pub ceiling_by: CeilingBy,
     /// What the user should hear about how this was resolved (a fallback to the CPU, no ceiling).
     pub notes: Vec<String>,
 }
 
 impl DeviceSettings {
     pub fn resolve(args: &DeviceArgs, config: &Config) -> Result<DeviceSettings> {
-        let engine = match (&args.exec, args.fake_trials) {
+        let engine = match (&args.exec, args.estimate) {
             (Some(command), _) => Engine::Exec {
                 command: check_exec(command)?,
             },
@@ -84,7 +86,10 @@ impl DeviceSettings {
         let switches = Switches::from_env().map_err(|e| user(code::USAGE, e))?;
         let mut notes = vec![];
         let (backend, device_name) = resolve_backend(args, config, &engine, &mut notes)?;
-        let (ceiling, given) = choose_ceiling(args, config)?;
+        let (ceiling, given) = choose_ceiling(&args.ceiling, config)?;
+        if let (Ceiling::Bytes(b), Some((CeilingKind::Limit, arg))) = (ceiling, &given) {
+            notes.extend(gpus::decimal_warning(arg, b));
+        }
         let card = matches!(given, Some((CeilingKind::Gpu, _)));
         let ceiling_arg = given.map(|(_, arg)| arg);
         let (ceiling, ceiling_bytes) = check_ceiling(
@@ -102,6 +107,7 @@ impl DeviceSettings {
                     .into(),
             );
         }
+        let ceiling_by = ceiling_by(args.ceiling_by, &engine)?;
         Ok(DeviceSettings {
             backend,
             ceiling,
@@ -109,6 +115,7 @@ impl DeviceSettings {
             ceiling_arg,
             device_name,
             trial_timeout: Duration::from_secs(args.trial_timeout.max(1)),
+            ceiling_by,
             engine,
             switches,
             notes,
@@ -139,7 +146,7 @@ impl DeviceSettings {
             s += &format!(" --trial-timeout {}", self.trial_timeout.as_secs());
         }
         match &self.engine {
-            Engine::Estimate => s.push_str(" --fake-trials"),
+            Engine::Estimate => s.push_str(" --estimate"),
             Engine::Exec { command } => {
                 s += &format!(" --exec {}", crate::output::shell_word(command))
             }
@@ -238,7 +245,7 @@ impl CeilingKind {
     }
 
     /// What the flags and the file say for this kind.
-    fn given(self, args: &DeviceArgs, file: &deeplab::DeviceConfig) -> [Option<String>; 2] {
+    fn given(self, args: &CeilingArgs, file: &deeplab::DeviceConfig) -> [Option<String>; 2] {
         match self {
             CeilingKind::Limit => [args.memory_limit.clone(), file.memory_limit.clone()],
             CeilingKind::Fraction => [
@@ -251,24 +258,26 @@ impl CeilingKind {
 }
 
 /// Checks the config's `[device]` ceiling keys as a trial would (without looking for a device), so
-/// that `inspect` refuses what `trial` refuses; the ceiling they give.
-pub fn check_device_section(config: &Config) -> Result<Ceiling> {
-    let no_flags = DeviceArgs {
-        backend: None,
-        memory_limit: None,
-        memory_fraction: None,
-        gpu: None,
-        trial_timeout: 1,
-        exec: None,
-        fake_trials: false,
+/// that `inspect` refuses what `trial` refuses; the ceiling they give, or the one `memory_limit`
+/// or `gpu` (inspect's flags) give instead, with the notes a trial would print about it.
+pub fn check_device_section(
+    config: &Config,
+    flags: &CeilingArgs,
+) -> Result<(Ceiling, Vec<String>)> {
+    let (ceiling, given) = choose_ceiling(flags, config)?;
+    let notes = match (ceiling, &given) {
+        (Ceiling::Bytes(b), Some((CeilingKind::Limit, arg))) => {
+            gpus::decimal_warning(arg, b).into_iter().collect()
+        }
+        _ => vec![],
     };
-    choose_ceiling(&no_flags, config).map(|(c, _)| c)
+    Ok((ceiling, notes))
 }
 
 /// The ceiling the user asked for: a flag (they exclude each other) over the file's one key; how
 /// it was given, and the flag that gives it again.
 fn choose_ceiling(
-    args: &DeviceArgs,
+    args: &CeilingArgs,
     config: &Config,
 ) -> Result<(Ceiling, Option<(CeilingKind, String)>)> {
     let given = |from: usize| -> Vec<(CeilingKind, String, &'static str)> {
@@ -389,6 +398,24 @@ fn check_ceiling(
     Ok((ceiling, Some(ceiling.bytes(total))))
 }
 
+/// `--ceiling-by`, or its default, ballast: the cap lets trials share a GPU but does not yet give
+/// the ballast's boundaries everywhere (docs/performance.md), and a command run by `--exec` is a
+/// process the holder cannot cap.
+fn ceiling_by(arg: Option<CeilingByArg>, engine: &Engine) -> Result<CeilingBy> {
+    let exec = matches!(engine, Engine::Exec { .. });
+    match arg {
+        Some(CeilingByArg::Cap) if exec => Err(user(
+            code::USAGE,
+            "--ceiling-by cap: a command run by --exec is a process of its own, which the \
+             allocator's cap cannot reach; its ceiling is held by ballast (one trial per GPU)"
+                .to_string(),
+        )),
+        Some(CeilingByArg::Cap) => Ok(CeilingBy::Cap),
+        Some(CeilingByArg::Ballast) => Ok(CeilingBy::Ballast),
+        None => Ok(CeilingBy::Ballast),
+    }
+}
+
 /// Everything a diagnosis runs on.
 pub struct BisectSettings {
     pub workload: Workload,
@@ -433,7 +460,7 @@ impl BisectSettings {
             minimise: on(Step::Minimal),
             need: on(Step::Need),
         };
-        let dispatch = crate::dispatch::Dispatch::resolve(args, device.backend)?;
+        let dispatch = crate::dispatch::Dispatch::resolve(args, &device)?;
         let d = &device;
         let experiment = crate::experiment::id(
             &workload.config,

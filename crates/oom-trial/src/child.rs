@@ -171,6 +171,20 @@ impl Meter {
         }
     }
 
+    /// The peak and the ceiling when a trial went past its ceiling without an out-of-memory: a
+    /// capped trial whose process grew outside its pools (loaded kernels) after the last page.
+    fn over_ceiling(&mut self) -> Option<(u64, u64)> {
+        match self {
+            Meter::Cpu => None,
+            #[cfg(feature = "cuda")]
+            Meter::Cuda { ceiling, .. } => {
+                let c = ceiling.ceiling_bytes;
+                let peak = self.peak();
+                (peak > c).then_some((peak, c))
+            }
+        }
+    }
+
     /// Most memory handed out: the allocator's own peak on the CPU; on CUDA the highest device reading
     /// (pools do not shrink, so the reading after the last step bounds what was reserved).
     fn peak(&mut self) -> u64 {
@@ -250,7 +264,8 @@ fn run_cuda(config: &Config, req: &Request) -> Result<()> {
     std::env::set_var(MEMORY_MODEL_ENV, config.device.memory_model().name());
     req.switches.apply_conv();
     let fusion = req.switches.fusion;
-    let ceiling = crate::cuda::CudaCeiling::install(req.ceiling, crate::cuda::OwnContext::Counted)?;
+    use crate::cuda::{CudaCeiling, OwnContext};
+    let ceiling = CudaCeiling::install(req.ceiling, OwnContext::Counted, req.ceiling_by)?;
     emit(&ChildEvent::Start {
         backend: BackendKind::Cuda,
         device: if fusion {
@@ -356,6 +371,14 @@ fn train<B: AutodiffBackend + deeplab::pytorch::PytorchOps>(
     }
     if PANICKED.load(Ordering::SeqCst) {
         bail!("a thread panicked during the trial");
+    }
+    if let Some((peak, ceiling)) = meter.over_ceiling() {
+        bail!(
+            "the trial used {} of device memory, more than its ceiling ({}), without an \
+             out-of-memory: it measured nothing a card of that size would allow",
+            crate::fmt_bytes(peak),
+            crate::fmt_bytes(ceiling)
+        );
     }
     let peak_bytes = meter.peak();
     let peak_in_use_bytes = crate::alloc::peak() as u64;

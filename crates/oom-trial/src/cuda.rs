@@ -1,11 +1,19 @@
-//! The CUDA ceiling: before burn touches the device, allocate "ballast" so that exactly the ceiling is
-//! left to the trial, and the driver's own out-of-memory fires there. Measured on the H200: after
-//! `cuMemAlloc` of the free memory minus 8 GiB in 1 GiB chunks, `cuMemGetInfo` reported 8.00 GiB free
-//! and burn's allocations failed at that ceiling (docs/gpu-results.md).
+//! The CUDA ceiling, in one of two ways (`CeilingBy`):
+//!
+//! - **Ballast**: before burn touches the device, allocate "ballast" so that exactly the ceiling is
+//!   left to the trial, and the driver's own out-of-memory fires there. Measured on the H200: after
+//!   `cuMemAlloc` of the free memory minus 8 GiB in 1 GiB chunks, `cuMemGetInfo` reported 8.00 GiB
+//!   free and burn's allocations failed at that ceiling (docs/gpu-results.md). The trial owns the GPU.
+//! - **Cap**: the vendored cubecl-runtime refuses a page when the device memory this process uses
+//!   (NVML's per-process figure: context, loaded kernels and pools) plus the page would pass the
+//!   ceiling, and reports it as the driver's out-of-memory. Nothing else is held, so several
+//!   trials share a GPU.
 
-use crate::protocol::Ceiling;
+use crate::nvml::Gpu;
+use crate::protocol::{Ceiling, CeilingBy};
 use anyhow::{bail, Context, Result};
 use cudarc::driver::result;
+use std::sync::OnceLock;
 
 const CHUNK: usize = 1 << 30;
 /// More than a CUDA context takes (527 MiB on the H200, docs/gpu-results.md): memory in use beyond
@@ -20,6 +28,66 @@ pub struct CudaCeiling {
     pub context_bytes: u64,
     pub ceiling_bytes: u64,
     ballast_bytes: u64,
+    /// Set under a cap: device use is read per process.
+    capped: bool,
+}
+
+/// The GPU a capped trial runs on, for the allocator's probe (a plain `fn`, so statics).
+static CAPPED_GPU: OnceLock<Gpu> = OnceLock::new();
+/// The device's current memory pool (`cuDeviceGetMemPool`, as an address), which cubecl's
+/// stream-ordered allocations come from.
+static MEMPOOL: OnceLock<usize> = OnceLock::new();
+
+/// Bytes the stream-ordered memory pool holds but has no allocation in: pages cubecl released,
+/// which the pool may reuse for the next allocation on the stream, and returns to the device at
+/// the next synchronisation. NVML counts them as the process's.
+fn mempool_spare() -> u64 {
+    use cudarc::driver::sys::{cuMemPoolGetAttribute, CUmemPool_attribute as A};
+    let Some(&pool) = MEMPOOL.get() else {
+        return 0;
+    };
+    let read = |attr| {
+        let mut v: u64 = 0;
+        // SAFETY: `pool` is the device's memory pool (it lives as long as the device); the
+        // attribute is a 64-bit counter written to `v`.
+        let r = unsafe { cuMemPoolGetAttribute(pool as _, attr, (&mut v as *mut u64).cast()) };
+        (r == cudarc::driver::sys::CUresult::CUDA_SUCCESS).then_some(v)
+    };
+    match (
+        read(A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT),
+        read(A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT),
+    ) {
+        (Some(reserved), Some(used)) => reserved.saturating_sub(used),
+        _ => 0,
+    }
+}
+
+/// The device memory this process uses: NVML's per-process figure (context, loaded kernels, pages,
+/// the memory pool's spare). `u64::MAX` (refuse every page) when it cannot be read, so that a
+/// capped trial never grows past a ceiling it cannot see.
+fn process_used() -> u64 {
+    let Some(gpu) = CAPPED_GPU.get() else {
+        return u64::MAX;
+    };
+    match gpu.process_used(std::process::id()) {
+        Ok(Some(b)) => b,
+        _ => u64::MAX,
+    }
+}
+
+/// The allocator's probe under a cap (`oom_bisect::Probe`).
+fn device_now() -> (u64, u64) {
+    (process_used(), mempool_spare())
+}
+
+/// Remembers the device's memory pool for [`mempool_spare`].
+fn remember_mempool(dev: cudarc::driver::sys::CUdevice) {
+    let mut pool: cudarc::driver::sys::CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: `dev` is a valid device and `pool` a valid out-pointer.
+    let r = unsafe { cudarc::driver::sys::cuDeviceGetMemPool(&mut pool, dev) };
+    if r == cudarc::driver::sys::CUresult::CUDA_SUCCESS && !pool.is_null() {
+        let _ = MEMPOOL.set(pool as usize);
+    }
 }
 
 /// Whether a CUDA driver and at least one device are present.
@@ -44,6 +112,20 @@ pub fn mem_info() -> Result<(u64, u64)> {
     Ok((free as u64, total as u64))
 }
 
+/// Device 0 with its primary context (the one burn's CUDA runtime uses) retained for the life of
+/// the process and current on this (the main) thread, as cubecl-cuda does; its name.
+fn open_device() -> Result<(String, cudarc::driver::sys::CUdevice)> {
+    let name = probe()?;
+    let dev = result::device::get(0).context("could not open CUDA device 0")?;
+    // SAFETY: `dev` is a valid device from `device::get`; the context is never released.
+    unsafe {
+        let ctx =
+            result::primary_ctx::retain(dev).context("could not retain the primary context")?;
+        result::ctx::set_current(ctx).context("could not make the primary context current")?;
+    }
+    Ok((name, dev))
+}
+
 /// Whose CUDA context the ceiling includes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OwnContext {
@@ -59,16 +141,11 @@ impl CudaCeiling {
     /// device looks like a card of the requested size: what is used already (the context) counts
     /// against the ceiling as it would on that card, unless it is a holder's (`OwnContext::Excluded`).
     /// Refuses a card another process already uses.
-    pub fn install(ceiling: Ceiling, context: OwnContext) -> Result<CudaCeiling> {
-        let name = probe()?;
-        let dev = result::device::get(0).context("could not open CUDA device 0")?;
-        // SAFETY: `dev` is a valid device from `device::get`; the primary context is retained for the
-        // life of the process and made current on this (the main) thread, as cubecl-cuda does.
-        unsafe {
-            let ctx =
-                result::primary_ctx::retain(dev).context("could not retain the primary context")?;
-            result::ctx::set_current(ctx).context("could not make the primary context current")?;
+    pub fn install(ceiling: Ceiling, context: OwnContext, by: CeilingBy) -> Result<CudaCeiling> {
+        if by == CeilingBy::Cap {
+            return Self::cap(ceiling);
         }
+        let (name, _) = open_device()?;
         let (free, total) = mem_info()?;
         let used = total - free;
         let ceiling_bytes = ceiling.bytes(total);
@@ -89,6 +166,47 @@ impl CudaCeiling {
                 OwnContext::Excluded => left_free,
             },
             ballast_bytes: ballast,
+            capped: false,
+        })
+    }
+
+    /// The ceiling as a cap in the allocator (`CeilingBy::Cap`), the context measured by NVML.
+    fn cap(ceiling: Ceiling) -> Result<CudaCeiling> {
+        let (name, dev) = open_device()?;
+        let uuid = result::device::get_uuid(dev).context("could not read the device's UUID")?;
+        let gpu = Gpu::by_uuid(&uuid.bytes.map(|b| b as u8))
+            .context("a capped ceiling reads this process's device memory from NVML")?;
+        let own = gpu.process_used(std::process::id())?.with_context(|| {
+            "NVML does not list this process on its GPU (a PID namespace?), so its device memory \
+             cannot be capped; run with --ceiling-by ballast"
+        })?;
+        let (free, total) = mem_info()?;
+        // No ceiling on a shared card: what is free now is what this trial can have.
+        let ceiling_bytes = match ceiling {
+            Ceiling::None => own + free,
+            c => c.bytes(total),
+        };
+        check_room(&name, total, own, ceiling_bytes, OwnContext::Counted)?;
+        if free < ceiling_bytes - own {
+            bail!(
+                "the GPU ({name}) has {} free, less than the {} this trial may still take: other \
+                 processes hold memory on it. The trial did not run; it is not an out-of-memory",
+                crate::fmt_bytes(free),
+                crate::fmt_bytes(ceiling_bytes - own)
+            );
+        }
+        let _ = CAPPED_GPU.set(gpu);
+        remember_mempool(dev);
+        let pools = &cubecl_runtime::memory_management::oom_bisect::DEVICE_POOLS;
+        pools.measure_with(device_now);
+        pools.set_cap(ceiling_bytes);
+        Ok(CudaCeiling {
+            device_name: name,
+            total_bytes: total,
+            context_bytes: own,
+            ceiling_bytes,
+            ballast_bytes: 0,
+            capped: true,
         })
     }
 
@@ -100,6 +218,9 @@ impl CudaCeiling {
 
     /// Device memory used by the trial and its context, ballast excluded.
     pub fn device_used(&self) -> u64 {
+        if self.capped {
+            return process_used();
+        }
         match mem_info() {
             Ok((free, total)) => (total - free).saturating_sub(self.ballast_bytes),
             Err(_) => 0,
@@ -107,7 +228,8 @@ impl CudaCeiling {
     }
 }
 
-/// Refuses a ceiling the device cannot give: larger than the card, on a card another process uses,
+/// Refuses a ceiling the device cannot give: larger than the card, on a card another process uses
+/// (`used`: what is in use before the trial allocates; under a cap, this process's own use),
 /// or not above the context that counts against it.
 fn check_room(name: &str, total: u64, used: u64, ceiling: u64, context: OwnContext) -> Result<()> {
     if ceiling > total {

@@ -45,6 +45,29 @@ pub fn cuda_total_bytes() -> Result<u64, String> {
     }
 }
 
+/// (free, total) bytes of visible CUDA device `ordinal`, read without a CUDA context: NVML's free
+/// memory where it can be read, else the device's total.
+pub fn cuda_free_bytes(ordinal: usize) -> Result<(u64, u64), String> {
+    #[cfg(feature = "cuda")]
+    {
+        use cudarc::driver::result::device;
+        crate::cuda::probe().map_err(|e| format!("{e:#}"))?;
+        let dev = device::get(ordinal as i32).map_err(|e| format!("{e:?}"))?;
+        // SAFETY: `dev` is a valid device handle from `device::get`.
+        let total = unsafe { device::total_mem(dev) }.map_err(|e| format!("{e:?}"))? as u64;
+        let nvml = device::get_uuid(dev)
+            .map_err(|e| anyhow::anyhow!("{e:?}"))
+            .and_then(|u| crate::nvml::Gpu::by_uuid(&u.bytes.map(|b| b as u8)))
+            .and_then(|g| g.memory());
+        Ok(nvml.unwrap_or((total, total)))
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = ordinal;
+        Err("this binary was built without the `cuda` feature".into())
+    }
+}
+
 /// Physical memory of this host (the CPU backend's "device").
 pub fn host_total() -> u64 {
     // SAFETY: sysconf has no memory-safety preconditions.

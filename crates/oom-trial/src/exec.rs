@@ -257,7 +257,9 @@ fn limit_env(ceiling: Option<u64>) -> Vec<(String, String)> {
 #[cfg(feature = "cuda")]
 fn hold_cuda(req: &Request) -> Result<Held> {
     use crate::cuda::{CudaCeiling, OwnContext};
-    let ceiling = CudaCeiling::install(req.ceiling, OwnContext::Excluded)?;
+    // A command in a process of its own cannot be capped from here: ballast only.
+    let ceiling =
+        CudaCeiling::install(req.ceiling, OwnContext::Excluded, crate::CeilingBy::Ballast)?;
     emit(&ChildEvent::Start {
         backend: BackendKind::Cuda,
         device: format!(

@@ -14,6 +14,8 @@ pub mod estimated;
 pub mod exec;
 pub mod faults;
 pub mod lines;
+#[cfg(feature = "cuda")]
+pub mod nvml;
 pub mod outcome;
 pub mod pool;
 pub mod protocol;
@@ -25,7 +27,9 @@ pub use outcome::{
     assemble, ChildExit, OomInfo, StageMemory, StepRecord, TrialOutcome, TrialReport,
 };
 pub use pool::{Finished, Pool, Worker};
-pub use protocol::{BackendKind, Ceiling, ChildEvent, Engine, Fault, Request, SUBCOMMAND};
+pub use protocol::{
+    BackendKind, Ceiling, CeilingBy, ChildEvent, Engine, Fault, Request, SUBCOMMAND,
+};
 pub use runner::{
     install_interrupt_handler, kill_running_trials, parse_events, EstimateRunner, ProcessRunner,
     TrialRunner, MAX_RUNNING,
@@ -36,6 +40,8 @@ mod device;
 mod shell;
 mod units;
 
-pub use device::{cuda_device, cuda_device_count, cuda_total_bytes, host_available, host_total};
+pub use device::{
+    cuda_device, cuda_device_count, cuda_free_bytes, cuda_total_bytes, host_available, host_total,
+};
 pub use shell::shell_word;
 pub use units::{fmt_bytes, parse_size};

@@ -273,6 +273,7 @@ mod tests {
             fault: None,
             timeout_seconds: None,
             switches: Default::default(),
+            ceiling_by: Default::default(),
         }
     }
 

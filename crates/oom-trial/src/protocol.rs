@@ -47,6 +47,29 @@ pub enum Ceiling {
     Fraction(f64),
 }
 
+/// How a CUDA trial's ceiling is enforced. Both refuse a page that would take the trial past the
+/// ceiling, its CUDA context counted; `docs/performance.md` shows they give the same verdicts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CeilingBy {
+    /// Ballast fills the rest of the card, so the driver itself refuses at the ceiling: one trial
+    /// per GPU.
+    #[default]
+    Ballast,
+    /// The vendored allocator refuses a page when the device memory the process uses (NVML's
+    /// per-process figure) plus the page would pass the ceiling: trials share a GPU.
+    Cap,
+}
+
+impl CeilingBy {
+    pub fn name(self) -> &'static str {
+        match self {
+            CeilingBy::Ballast => "ballast",
+            CeilingBy::Cap => "cap",
+        }
+    }
+}
+
 /// Deliberate faults for tests of the classification (hidden; never set by a user).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -93,6 +116,9 @@ pub struct Request {
     /// environment.
     #[serde(default)]
     pub switches: crate::Switches,
+    /// How a CUDA ceiling is enforced (ignored on the CPU, where the allocator enforces it).
+    #[serde(default)]
+    pub ceiling_by: CeilingBy,
 }
 
 impl Ceiling {

@@ -162,6 +162,8 @@ pub struct ProcessRunner {
     pub launcher: Vec<String>,
     /// Extra environment for the child, e.g. `CUDA_VISIBLE_DEVICES` naming this worker's GPU.
     pub env: Vec<(String, String)>,
+    /// How the child holds a CUDA ceiling: a cap lets several workers share one GPU.
+    pub ceiling_by: crate::CeilingBy,
 }
 
 impl TrialRunner for ProcessRunner {
@@ -176,6 +178,7 @@ impl TrialRunner for ProcessRunner {
         if let Some(mut stdin) = child.stdin.take() {
             let request = Request {
                 timeout_seconds: Some(self.timeout.as_secs_f64()),
+                ceiling_by: self.ceiling_by,
                 ..request.clone()
             };
             let line = serde_json::to_string(&request).expect("a request serialises");
@@ -323,6 +326,7 @@ mod tests {
             fault: None,
             timeout_seconds: None,
             switches: Default::default(),
+            ceiling_by: Default::default(),
         }
     }
 

@@ -131,6 +131,18 @@ pub fn closest_key(key: &str) -> Option<String> {
         .map(|(_, k)| k)
 }
 
+/// A `--set` key without its section (`batch=4`): the full key that ends in it, else the closest.
+fn bare_key(key: &str) -> ConfigError {
+    let whole = all_keys().find(|k| k.rsplit('.').next() == Some(key));
+    match whole.or_else(|| closest_key(&format!("?.{key}"))) {
+        Some(k) => ConfigError::new(
+            key,
+            format!("a key names its section too: did you mean `{k}`? (see configs/README.md)"),
+        ),
+        None => unknown_key(key),
+    }
+}
+
 pub(crate) fn unknown_key(key: &str) -> ConfigError {
     let hint = match closest_key(key) {
         Some(k) => format!("; did you mean `{k}`?"),
@@ -241,7 +253,7 @@ pub fn apply_set(table: &mut toml::Table, set: &str) -> Result<(), ConfigError> 
     let key = key.trim();
     let raw = raw.trim();
     let Some((section, leaf)) = key.split_once('.') else {
-        return Err(unknown_key(key));
+        return Err(bare_key(key));
     };
     let known = KEYS
         .iter()

@@ -28,7 +28,10 @@ pub struct Context<'a> {
     pub journal: Option<String>,
     pub resumed: usize,
     pub wall_seconds: f64,
-    pub fake: bool,
+    /// `--estimate`: every answer is the model's memory estimate.
+    pub estimate: bool,
+    /// Under `--estimate`, the command that measures the same on a GPU.
+    pub confirm: Option<String>,
     /// `--exec`: the user's command that answered every trial.
     pub exec: Option<String>,
     /// `--verbose`: developer detail (plain-bisection counts, 1-minimality).

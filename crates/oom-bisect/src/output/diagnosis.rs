@@ -60,7 +60,8 @@ fn where_it_fails(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
         let fixed_bytes: u64 = fixed.iter().map(|p| p.bytes).sum();
         out.push(format!(
             "{:.0}% of its peak ({}: {}) is fixed by the model and optimizer, which no change of \
-             batch or input size reduces; the rest is {}.",
+             batch or input size reduces (fewer or smaller parameters, or another optimizer, do); \
+             the rest is {}.",
             100.0 * fixed_bytes as f64 / total as f64,
             names(&fixed),
             fmt_bytes(fixed_bytes),

@@ -72,10 +72,17 @@ pub fn page(d: &Diagnosis, cx: &Context<'_>, report_text: &str) -> String {
          body{{font-family:sans-serif;max-width:1500px;margin:1em auto;padding:0 1em;color:#222}}\
          figure{{display:inline-block;margin:.5em;vertical-align:top;max-width:960px}} \
          figcaption{{font-size:11px;color:#555}} pre{{background:#f6f6f6;padding:1em;white-space:pre-wrap;font-size:13px}}\
-         </style></head><body>\n<h1>oom-bisect: {title}</h1>\n\
+         .estimate{{background:#fff3cd;border:1px solid #d39e00;padding:.5em 1em}}\
+         </style></head><body>\n<h1>oom-bisect: {title}</h1>\n{estimate}\
          <p>Green: fits (its peak). Red: out of memory (what was in use when it failed plus the request). \
          Dashed: the ceiling, {ceiling}.</p>\n{figures}<h2>Report</h2>\n<pre>{report}</pre>\n</body></html>\n",
         title = escape(&cx.title),
+        estimate = if cx.estimate {
+            "<p class=\"estimate\"><b>Estimate:</b> every figure here is the model's memory \
+             estimate; no model ran (accuracy: docs/estimate.md).</p>\n"
+        } else {
+            ""
+        },
         ceiling = cx.ceiling_text(),
         report = escape(report_text),
     )

@@ -76,24 +76,24 @@ fn stages(est: &MemoryEstimate) -> String {
     s
 }
 
-/// The estimate against the config's ceiling, when the config gives one in bytes.
+/// The estimate against the ceiling (the flag's, else the config's), when it is given in bytes.
 fn against(est: &MemoryEstimate, ceiling: Ceiling) -> String {
     let need = est.peak.total();
     match ceiling {
         Ceiling::None => "No ceiling in the config: nothing to compare the estimate with.\n".into(),
         Ceiling::Fraction(f) => format!(
-            "The config's ceiling is {:.0}% of the device; inspect does not look for a device, \
+            "The ceiling is {:.0}% of the device; inspect does not look for a device, \
              so the estimate is not compared with it.\n",
             f * 100.0
         ),
         Ceiling::Bytes(c) if need <= c => format!(
-            "Against the config's ceiling of {}: the estimate fits, {} to spare ({:.0}% of it).\n",
+            "Against the ceiling of {}: the estimate fits, {} to spare ({:.0}% of it).\n",
             fmt_bytes(c),
             fmt_bytes(c - need),
             (c - need) as f64 / c as f64 * 100.0
         ),
         Ceiling::Bytes(c) => format!(
-            "Against the config's ceiling of {}: the estimate is over by {} (+{:.0}%); `bisect` \
+            "Against the ceiling of {}: the estimate is over by {} (+{:.0}%); `bisect` \
              measures why.\n",
             fmt_bytes(c),
             fmt_bytes(need - c),

@@ -1,6 +1,6 @@
 //! How much a configuration needs and what that memory is: the "needs X, has Y" line, the
-//! breakdown of a trial's peak into weights, optimizer state, batch, activations, allocator slack
-//! and context, and the memory an out-of-memory trial held when it failed.
+//! breakdown of a trial's peak into weights, gradients, optimizer state, batch, activations,
+//! allocator slack and context, and the memory an out-of-memory trial held when it failed.
 
 use deeplab::{Architecture, Config, Phase};
 use oom_trial::{fmt_bytes, BackendKind, TrialOutcome, TrialReport};
@@ -18,9 +18,10 @@ pub struct Part {
 }
 
 /// The peak of `r` (a built-in trial of `config` that ran to the end) split into its parts. The
-/// weights, optimizer state and batch are exact sizes; activations are the measured in-use peak
-/// less those; slack is the device peak less what was in use and the context. `None` when the
-/// trial has no peak to split.
+/// weights, optimizer state and batch are exact sizes; the gradients are those the model's
+/// estimate has alive at its peak (all of them when the peak is the optimizer step), at most what
+/// the measurement leaves; activations are the measured in-use peak less those; slack is the
+/// device peak less what was in use and the context. `None` when the trial has no peak to split.
 pub fn breakdown(r: &TrialReport, config: &Config) -> Option<Vec<Part>> {
     let peak = r.peak_bytes?;
     let arch = Architecture::new(config).ok()?;
@@ -45,11 +46,28 @@ pub fn breakdown(r: &TrialReport, config: &Config) -> Option<Vec<Part>> {
         _ => 0,
     };
     let e = res.weights / params.max(1);
+    let gradients = arch
+        .memory_estimate(config)
+        .peak
+        .gradients
+        .min(in_use.saturating_sub(res.weights + state + res.batch));
     let mut parts = vec![
         Part {
             part: "weights",
             bytes: res.weights,
             how: format!("{} parameters × {e} bytes", super::count(params)),
+            fixed: true,
+        },
+        Part {
+            part: "gradients",
+            bytes: gradients,
+            how: match gradients {
+                0 => "none alive at the peak".into(),
+                g if g >= res.weights => "one per parameter, all alive at the peak (the optimizer \
+                                          step)"
+                    .into(),
+                _ => "of the layers backward has reached at the peak (the estimate's share)".into(),
+            },
             fixed: true,
         },
         Part {
@@ -69,8 +87,8 @@ pub fn breakdown(r: &TrialReport, config: &Config) -> Option<Vec<Part>> {
         },
         Part {
             part: "activations",
-            bytes: in_use.saturating_sub(res.weights + state + res.batch),
-            how: "saved for backward, gradients so far, temporaries (the rest of the peak)".into(),
+            bytes: in_use.saturating_sub(res.weights + gradients + state + res.batch),
+            how: "saved for backward, temporaries (the rest of the peak)".into(),
             fixed: false,
         },
     ];

@@ -15,6 +15,23 @@ pub mod trial_table;
 use deeplab::{Config, Optimizer};
 
 /// A count with thousands separators, as a user reads it: `40,352,181`.
+/// The version of the JSON outputs' layout: raised when a field changes meaning or goes away.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Every JSON output (`trial`, `bisect`, `bench`) as written: the tool, its version, the layout's
+/// version and the memory model first, then the command's own fields.
+pub fn stamped(v: serde_json::Value, memory_model: deeplab::MemoryModel) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    out.insert("schema_version".into(), SCHEMA_VERSION.into());
+    out.insert("tool".into(), "oom-bisect".into());
+    out.insert("version".into(), env!("CARGO_PKG_VERSION").into());
+    out.insert("memory_model".into(), memory_model.name().into());
+    if let serde_json::Value::Object(fields) = v {
+        out.extend(fields);
+    }
+    serde_json::Value::Object(out)
+}
+
 pub fn count(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();

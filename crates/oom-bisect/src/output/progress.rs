@@ -22,6 +22,34 @@ pub struct Progress {
     board: Arc<Mutex<Board>>,
     /// `--verbose`: the search's intervals in each line.
     pub verbose: bool,
+    /// Built-in trials on the CPU: after the first, say when the whole run will take long.
+    pub slow_cpu: Option<SlowCpu>,
+}
+
+/// What the warning about a long CPU run needs: the trials expected and how many run at once.
+pub struct SlowCpu {
+    pub about: usize,
+    pub jobs: usize,
+}
+
+/// A CPU diagnosis longer than this is worth a warning and the ways round it.
+const SLOW_CPU: f64 = 600.0;
+
+impl SlowCpu {
+    /// The warning after a first trial of `secs`, when the run will take longer than [`SLOW_CPU`].
+    fn warning(&self, secs: f64) -> Option<String> {
+        let total = secs * self.about as f64 / self.jobs.max(1) as f64;
+        (total > SLOW_CPU).then(|| {
+            format!(
+                "note: the first trial took {secs:.0} s on this CPU, so the whole diagnosis (about \
+                 {} trials) will take about {:.0} minutes. For an answer in seconds, --estimate \
+                 (the model's estimate; it errs towards fitting, docs/estimate.md); to measure it \
+                 in minutes, a CUDA GPU (--backend cuda). Ctrl-C keeps what is measured.",
+                self.about,
+                total / 60.0
+            )
+        })
+    }
 }
 
 /// The workers' labels, what each runs now, and where each finished trial ran.
@@ -75,6 +103,7 @@ impl Progress {
             started: None,
             board: Arc::default(),
             verbose: false,
+            slow_cpu: None,
         }
     }
 
@@ -188,6 +217,11 @@ impl Progress {
                     "  #{:<3} {outcome} {peak} {secs:>6.1}s  {candidate}{again}  ({purpose}){place}{note}",
                     self.done
                 ));
+                if self.done == 1 && !measurement.replayed {
+                    if let Some(w) = self.slow_cpu.as_ref().and_then(|s| s.warning(secs)) {
+                        self.line(&w);
+                    }
+                }
             }
         }
     }
@@ -207,5 +241,26 @@ fn purpose_text(p: &oom_search::Purpose, verbose: bool) -> String {
     match p {
         oom_search::Purpose::Axis { axis, .. } if !verbose => format!("{axis} axis"),
         _ => p.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SlowCpu;
+
+    /// The warning comes when the first trial's time over the expected trials passes ten minutes,
+    /// counting the trials that run at once.
+    #[test]
+    fn a_long_cpu_run_is_announced() {
+        let s = SlowCpu { about: 50, jobs: 2 };
+        assert!(
+            s.warning(20.0).is_none(),
+            "50 × 20 s / 2 is under ten minutes"
+        );
+        let w = s.warning(428.0).expect("hours");
+        assert!(
+            w.contains("about 178 minutes") && w.contains("--estimate"),
+            "{w}"
+        );
     }
 }

@@ -84,8 +84,13 @@ pub fn memory_model_meaning(m: deeplab::MemoryModel) -> &'static str {
 
 fn header(cx: &Context<'_>) -> String {
     let mut s = String::new();
-    if cx.fake {
-        s += "*** FAKE TRIALS: answers come from the model's memory estimate, not from runs ***\n";
+    if cx.estimate {
+        s += "*** ESTIMATE: every figure below is the model's memory estimate; no model ran. It \
+              leaves out the pools' slack and the CUDA context, so it errs towards fitting, and \
+              it misses attention's transients (accuracy against an H200: docs/estimate.md) ***\n";
+        if let Some(c) = &cx.confirm {
+            s += &format!("*** Confirm it on a GPU: {c} ***\n");
+        }
     }
     s += &format!("oom-bisect: {}\n", cx.title);
     // What answers the trials: the user's command, or the built-in model under its memory model.
@@ -337,7 +342,15 @@ fn probe_json(p: &Probe) -> Value {
         "value": p.label,
         "candidate": p.candidate.to_sets(),
         "outcome": p.measurement.outcome,
-        "peak_bytes": p.measurement.peak_bytes,
+        // An out-of-memory's figure is what it tried to hold (in use + the failed request); the
+        // highest reading before the failure stays beside it.
+        "peak_bytes": match p.measurement.outcome {
+            Outcome::Oom => p.measurement.failed_at_bytes.or(p.measurement.peak_bytes),
+            _ => p.measurement.peak_bytes,
+        },
+        "peak_before_failure_bytes": (p.measurement.outcome == Outcome::Oom)
+            .then_some(p.measurement.peak_bytes)
+            .flatten(),
         "failed_at_bytes": p.measurement.failed_at_bytes,
     })
 }
@@ -416,7 +429,9 @@ pub fn json(d: &Diagnosis, cx: &Context<'_>) -> Value {
         "memory_model": cx.memory_model.name(),
         "steps_per_trial": cx.steps,
         "notes": cx.notes,
-        "fake_trials": cx.fake,
+        "estimate": cx.estimate,
+        // The flag's former name, kept for scripts that read it.
+        "fake_trials": cx.estimate,
         "exec": cx.exec,
         "boundaries": boundaries,
         "modules": {

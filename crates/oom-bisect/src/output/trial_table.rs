@@ -92,8 +92,17 @@ fn steps(r: &TrialReport) -> String {
 
 fn ending(r: &TrialReport) -> String {
     let mut s = "\n".to_string();
-    if let Some(p) = r.peak_bytes {
-        let of = r.ceiling_bytes.map(|c| format!(" of {}", fmt_bytes(c)));
+    let of = r.ceiling_bytes.map(|c| format!(" of {}", fmt_bytes(c)));
+    // An out-of-memory's figure is what it tried to hold, never the lower reading before it.
+    if let (Some(at), Some(o)) = (r.failed_at(), &r.oom) {
+        s += &format!(
+            "tried to hold: {}{} ({} in use + {} requested)\n",
+            fmt_bytes(at),
+            of.clone().unwrap_or_default(),
+            fmt_bytes(at - o.bytes.unwrap_or(0)),
+            o.bytes.map(fmt_bytes).unwrap_or_else(|| "?".into())
+        );
+    } else if let Some(p) = r.peak_bytes {
         let source = r.peak_source.as_ref().map(|w| format!(" ({w})"));
         s += &format!(
             "peak: {}{}{}\n",

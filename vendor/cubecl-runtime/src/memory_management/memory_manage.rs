@@ -1,5 +1,5 @@
 use super::{
-    MemoryConfiguration, MemoryPoolOptions, MemoryUsage, PoolType,
+    MemoryConfiguration, MemoryPoolOptions, MemoryUsage, PoolType, oom_bisect,
     memory_pool::{ExclusiveMemoryPool, MemoryPool, PersistentPool, SlicedPool},
 };
 use crate::{
@@ -118,7 +118,10 @@ pub struct MemoryManagement<Storage> {
     name: String,
     persistent: PersistentPool,
     pools: Vec<DynamicPool>,
-    storage: Storage,
+    /// oom-bisect: the storage, counted against the process's in-process ceiling (`oom_bisect`).
+    storage: oom_bisect::Capped<Storage>,
+    /// oom-bisect: release free pages and try again before an allocation fails (PyTorch's way).
+    retry: bool,
     alloc_reserve_count: u64,
     mode: MemoryAllocationMode,
     config: PersistentMemory,
@@ -347,6 +350,8 @@ impl<Storage: ComputeStorage> MemoryManagement<Storage> {
         };
 
         Self {
+            storage: oom_bisect::Capped::new(storage, &options.name),
+            retry: oom_bisect::pytorch(),
             name: options.name,
             persistent: PersistentPool::new(
                 properties.max_page_size,
@@ -354,7 +359,6 @@ impl<Storage: ComputeStorage> MemoryManagement<Storage> {
                 pools.len() as u8,
             ),
             pools,
-            storage,
             alloc_reserve_count: 0,
             mode,
             config,
@@ -473,7 +477,7 @@ impl<Storage: ComputeStorage> MemoryManagement<Storage> {
         }
 
         if matches!(self.mode, MemoryAllocationMode::Persistent) || self.persistent.has_size(size) {
-            let allocated = self.persistent.alloc(&mut self.storage, size);
+            let allocated = self.alloc_or_release(|m| m.persistent.alloc(&mut m.storage, size));
 
             self.logger.log_memory(
                 |level| !matches!(level, MemoryLogLevel::Disabled),
@@ -512,13 +516,7 @@ impl<Storage: ComputeStorage> MemoryManagement<Storage> {
             return Ok(slice);
         }
 
-        let mut allocated = self.pools[index].alloc(&mut self.storage, size);
-        // oom-bisect: PyTorch's caching allocator releases its cached free blocks and tries again
-        // before it reports out of memory (`release_cached_blocks` in `CUDACachingAllocator.cpp`).
-        if allocated.is_err() && oom_bisect::pytorch() {
-            self.cleanup(true);
-            allocated = self.pools[index].alloc(&mut self.storage, size);
-        }
+        let allocated = self.alloc_or_release(|m| m.pools[index].alloc(&mut m.storage, size));
 
         self.logger.log_memory(
             |level| matches!(level, MemoryLogLevel::Full),
@@ -533,6 +531,22 @@ impl<Storage: ComputeStorage> MemoryManagement<Storage> {
         allocated
     }
 
+    /// oom-bisect: with `retry`, an allocation that fails is tried once more after every fully free
+    /// page of every pool is released, as PyTorch's caching allocator does before it reports an
+    /// out-of-memory (`release_cached_blocks` in `CUDACachingAllocator.cpp`). Every path that
+    /// allocates a page goes through here.
+    fn alloc_or_release(
+        &mut self,
+        alloc: impl Fn(&mut Self) -> Result<ManagedMemoryHandle, IoError>,
+    ) -> Result<ManagedMemoryHandle, IoError> {
+        let first = alloc(self);
+        if first.is_ok() || !self.retry {
+            return first;
+        }
+        self.cleanup(true);
+        alloc(self)
+    }
+
     /// Fetch the storage used by the memory manager.
     ///
     /// # Notes
@@ -544,7 +558,7 @@ impl<Storage: ComputeStorage> MemoryManagement<Storage> {
     /// This is useful if you need to time the deallocations based on async computation, or to
     /// change the mode of storage for different reasons.
     pub fn storage(&mut self) -> &mut Storage {
-        &mut self.storage
+        self.storage.inner()
     }
 
     /// Get the current memory usage.
@@ -646,6 +660,41 @@ mod tests {
             name: "test".into(),
             memory: MemoryAllocationOption::FromConfig,
         }
+    }
+
+    /// oom-bisect: pools of mixed size classes, filled and then freed, give their pages back when a
+    /// size no class holds is asked for and the budget is spent, as PyTorch's allocator does; the
+    /// stock behaviour (no retry) refuses it.
+    #[test_log::test]
+    #[cfg(not(exclusive_memory_only))]
+    fn oom_bisect_releases_freed_pages_for_a_size_no_class_holds() {
+        const MIB: u64 = 1024 * 1024;
+        let run = |retry: bool| {
+            let budget = alloc::boxed::Box::leak(alloc::boxed::Box::new(
+                oom_bisect::Budget::new(64 * MIB),
+            ));
+            let mut mm = MemoryManagement::from_configuration(
+                BytesStorage::default(),
+                &DUMMY_MEM_PROPS,
+                MemoryConfiguration::Custom {
+                    pool_options: oom_bisect::pytorch_pools(&DUMMY_MEM_PROPS),
+                },
+                Arc::new(ServerLogger::default()),
+                options(),
+            );
+            mm.storage = oom_bisect::Capped::with_budget(BytesStorage::default(), Some(budget));
+            mm.retry = retry;
+            let sizes = [[MIB / 2; 8].as_slice(), &[5 * MIB; 3], &[12 * MIB, 20 * MIB]].concat();
+            let held: Vec<_> = sizes.iter().map(|&s| mm.reserve(s).unwrap()).collect();
+            assert!(budget.held() > 48 * MIB, "the pools hold {}", budget.held());
+            drop(held);
+            let big = mm.reserve(40 * MIB);
+            (big.is_ok(), budget.held())
+        };
+        let (fits, held) = run(true);
+        assert!(fits, "with release-and-retry the 40 MiB request fits");
+        assert!(held <= 44 * MIB, "only its own page is held after the retry: {held}");
+        assert!(!run(false).0, "without it, the budget refuses the request");
     }
 
     // Test pools with slices.
@@ -1112,65 +1161,3 @@ mod tests {
     }
 }
 
-/// oom-bisect's change (see `vendor/README.md` in oom-bisect): with `OOM_BISECT_MEMORY_MODEL=pytorch`
-/// in the environment, the pools mimic PyTorch's caching allocator where it decides the peak.
-mod oom_bisect {
-    use super::{MemoryDeviceProperties, MemoryPoolOptions, PoolType};
-    use alloc::vec::Vec;
-
-    const MIB: u64 = 1024 * 1024;
-    /// Growth between two large size classes: at most 1/16 of a large request is padding.
-    const CLASS_RATIO: f64 = 1.0625;
-
-    /// Whether `OOM_BISECT_MEMORY_MODEL` asks for PyTorch's behaviour (read once per process).
-    #[cfg(feature = "std")]
-    pub(super) fn pytorch() -> bool {
-        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *ON.get_or_init(|| {
-            std::env::var("OOM_BISECT_MEMORY_MODEL").is_ok_and(|v| v == "pytorch")
-        })
-    }
-
-    #[cfg(not(feature = "std"))]
-    pub(super) fn pytorch() -> bool {
-        false
-    }
-
-    /// PyTorch's layout (`c10/cuda/CUDACachingAllocator.cpp`): requests up to 1 MiB share 2 MiB
-    /// segments, up to 10 MiB share 20 MiB segments, larger ones get a segment of their own rounded
-    /// to 2 MiB. cubecl cannot split one large segment between tensors as PyTorch does, so each
-    /// large request gets its own page from a size class at most 1/16 above it; with free pages
-    /// released before a failure is reported, a class's leftovers never block a request.
-    pub(super) fn pytorch_pools(properties: &MemoryDeviceProperties) -> Vec<MemoryPoolOptions> {
-        let align = |x: u64| x.next_multiple_of(properties.alignment);
-        let mut pools = Vec::new();
-        let mut add = |pool_type| {
-            pools.push(MemoryPoolOptions {
-                pool_type,
-                dealloc_period: None,
-            })
-        };
-        add(PoolType::ExclusivePages { max_alloc_size: 0 });
-        add(PoolType::SlicedPages {
-            page_size: align(2 * MIB),
-            max_slice_size: align(MIB),
-        });
-        add(PoolType::SlicedPages {
-            page_size: align(20 * MIB),
-            max_slice_size: align(10 * MIB),
-        });
-        let (mut class, mut last) = (10.0 * MIB as f64, 0);
-        let max_page = properties.max_page_size;
-        while last < max_page {
-            class *= CLASS_RATIO;
-            let size = align((class as u64).next_multiple_of(2 * MIB)).min(max_page);
-            if size > last {
-                add(PoolType::ExclusivePages {
-                    max_alloc_size: size,
-                });
-                last = size;
-            }
-        }
-        pools
-    }
-}

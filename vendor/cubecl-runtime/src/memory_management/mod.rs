@@ -11,6 +11,9 @@ pub use base::*;
 mod memory_manage;
 pub use memory_manage::*;
 
+/// oom-bisect's change: PyTorch's pools and release-and-retry, and a ceiling inside the process.
+pub mod oom_bisect;
+
 use alloc::vec::Vec;
 
 /// The type of memory pool to use.

@@ -869,3 +869,40 @@ fn verbose_detail_and_a_minimal_config_keyed_by_experiment() {
         "{t}"
     );
 }
+
+/// `completions` writes a script for each shell from the parser's own definition: every command
+/// and flag a user types, `--estimate` among them.
+#[test]
+fn completions_for_bash_zsh_and_fish() {
+    let d = tmp("completions");
+    for shell in ["bash", "zsh", "fish"] {
+        let o = run(&["completions", shell], &d);
+        assert_eq!(code(&o), 0, "{shell}: {}", text(&o));
+        let t = String::from_utf8_lossy(&o.stdout);
+        for word in ["bisect", "inspect", "estimate", "ceiling-by"] {
+            assert!(t.contains(word), "{shell} completions lack {word}");
+        }
+    }
+}
+
+/// `inspect` takes the ceiling flags, and a decimal size near a card's is questioned.
+#[test]
+fn inspect_takes_a_ceiling_and_questions_decimal_units() {
+    let d = tmp("inspect-ceiling");
+    let config = root().join("configs/quickstart.toml");
+    let config = config.to_str().unwrap();
+    let o = run(
+        &["inspect", "--config", config, "--memory-limit", "24GB"],
+        &d,
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let t = text(&o);
+    assert!(t.contains("Against the ceiling of 22.35 GiB"), "{t}");
+    assert!(t.contains("--gpu rtx3090"), "{t}");
+    let o = run(&["inspect", "--config", config, "--gpu", "rtx3090"], &d);
+    assert!(
+        text(&o).contains("Against the ceiling of 24.00 GiB"),
+        "{}",
+        text(&o)
+    );
+}

@@ -31,6 +31,11 @@ pub enum Command {
     Inspect(InspectArgs),
     /// Time a diagnosis: trials per axis, per-trial overhead against the training steps
     Bench(BenchArgs),
+    /// Print a shell completion script, e.g. `oom-bisect completions bash > ~/.local/share/bash-completion/completions/oom-bisect`
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// The child side of a trial (internal: the binary re-runs itself)
     #[command(name = oom_trial::SUBCOMMAND, hide = true)]
     ChildTrial,
@@ -56,7 +61,6 @@ pub struct ConfigArgs {
 /// Seconds a trial may run before it is killed, unless `--trial-timeout` says otherwise.
 pub const DEFAULT_TRIAL_TIMEOUT: u64 = 600;
 
-/// The device and its ceiling.
 /// The ceiling flags (one at most), shared by the commands that run trials and `inspect`.
 #[derive(Debug, Args, Default)]
 pub struct CeilingArgs {
@@ -81,6 +85,7 @@ pub struct CeilingArgs {
     pub gpu: Option<String>,
 }
 
+/// The device and its ceiling.
 #[derive(Debug, Args)]
 pub struct DeviceArgs {
     /// Backend: cuda or cpu [default: cuda when a device is found, else cpu]

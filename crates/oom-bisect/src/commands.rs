@@ -282,7 +282,11 @@ fn report_run(run: &BisectRun) -> Result<i32> {
         exec: st.device.exec_command(),
         verbose: st.verbose,
         ceiling: run.ceiling,
-        notes: refusals(&w.config, d),
+        // Under --exec the trials are PyTorch's own: what fits there, PyTorch trained.
+        notes: match st.device.engine {
+            oom_trial::Engine::Exec { .. } => vec![],
+            _ => refusals(&w.config, d),
+        },
     };
     let text = report::text(d, &cx);
     show!("{text}");
@@ -318,19 +322,40 @@ fn report_run(run: &BisectRun) -> Result<i32> {
 /// [`Architecture::pytorch_refusal`]), once per reason, naming the first such candidate.
 fn refusals(base: &deeplab::Config, d: &oom_search::Diagnosis) -> Vec<String> {
     let mut notes: Vec<String> = vec![];
-    for t in d
-        .trials
-        .iter()
-        .filter(|t| t.measurement.outcome == Outcome::Fits)
-    {
-        let arch = crate::candidate::resolve(base, &t.candidate).ok();
+    for c in answers(d) {
+        let arch = crate::candidate::resolve(base, c).ok();
         if let Some(why) = arch.and_then(|(_, a)| a.pytorch_refusal()) {
             if !notes.iter().any(|n| n.contains(&why)) {
-                notes.push(format!("{} fits here, but {why}", t.candidate));
+                notes.push(format!("{c} fits here, but {why}"));
             }
         }
     }
     notes
+}
+
+/// The fitting configurations the report offers as answers: each axis's last fit, the fixes that
+/// fit, the minimal configuration's neighbours that fit. A refusal matters only there.
+fn answers(d: &oom_search::Diagnosis) -> Vec<&oom_search::Candidate> {
+    use oom_search::AxisVerdict;
+    let fits = |m: &oom_search::Measurement| m.outcome == Outcome::Fits;
+    let axes = d
+        .axes
+        .iter()
+        .chain(&d.capacity)
+        .filter_map(|a| match &a.verdict {
+            AxisVerdict::Boundary { last_fit, .. } => Some(&last_fit.candidate),
+            AxisVerdict::AllFit { highest, .. } => Some(&highest.candidate),
+            _ => None,
+        });
+    let fixes = d.fixes.iter().filter(|f| fits(&f.measurement));
+    let neighbours = d.minimal_failing.iter().flat_map(|m| &m.neighbours);
+    axes.chain(fixes.map(|f| &f.candidate))
+        .chain(
+            neighbours
+                .filter(|n| fits(&n.measurement))
+                .map(|n| &n.candidate),
+        )
+        .collect()
 }
 
 pub fn trial(args: &TrialArgs) -> Result<i32> {

@@ -75,6 +75,13 @@ fn main() {
         Command::Trial(a) => commands::trial(a).map_err(exit_codes::for_git_bisect),
         Command::Inspect(a) => commands::inspect(a),
         Command::Bench(a) => commands::bench(a),
+        Command::Completions { shell } => {
+            use clap::CommandFactory as _;
+            let mut out = Vec::new();
+            clap_complete::generate(*shell, &mut Cli::command(), "oom-bisect", &mut out);
+            show!("{}", String::from_utf8_lossy(&out));
+            Ok(exit_codes::SUCCESS)
+        }
         Command::ChildTrial => unreachable!("handled above"),
     };
     std::process::exit(exit_code(result));

@@ -53,8 +53,10 @@ pub struct StepRecord {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OomInfo {
-    /// Where the last reading before the failure was taken: the failure happened after it.
+    /// The phase the failing allocation came in: the one that follows the last reading (after
+    /// the loss comes backward; after backward, the optimizer step).
     pub phase: Option<Phase>,
+    /// Where the last reading before the failure was taken: the failure happened after it.
     pub stage: Option<String>,
     pub step: Option<usize>,
     /// The allocation that failed, when the message says.
@@ -305,11 +307,21 @@ fn allocation_failure(panics: &[(String, String)], stderr: &str) -> Option<(Stri
         })
 }
 
+/// The phase that runs after reading `at`: the loss ends the forward pass, backward ends with its
+/// reading and the optimizer step follows.
+fn phase_after(at: &Location) -> Phase {
+    match at.stage.as_str() {
+        "loss" => Phase::Backward,
+        "backward" => Phase::Step,
+        _ => at.phase,
+    }
+}
+
 /// Marks the report out of memory, where the last reading was taken.
 fn set_oom(r: &mut TrialReport, at: Option<&Location>, message: String, bytes: Option<u64>) {
     r.outcome = TrialOutcome::Oom;
     r.oom = Some(OomInfo {
-        phase: at.map(|l| l.phase),
+        phase: at.map(phase_after),
         stage: at.map(|l| l.stage.clone()),
         step: at.map(|l| l.step),
         bytes,

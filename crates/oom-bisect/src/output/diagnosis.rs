@@ -43,8 +43,15 @@ fn where_it_fails(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
         .and_then(|r| Some((r, r.oom.as_ref()?)))
     {
         out.push(format!(
-            "It fails in step {} after {} ({}){}.",
+            "It fails in step {}{} after {} ({}){}.",
             o.step.unwrap_or(0) + 1,
+            o.phase
+                .map(|p| match p {
+                    deeplab::Phase::Forward => ", in the forward pass,",
+                    deeplab::Phase::Backward => ", in backward,",
+                    deeplab::Phase::Step => ", in the optimizer step,",
+                })
+                .unwrap_or_default(),
             o.stage.as_deref().unwrap_or("start"),
             super::memory::oom_text(r),
             depth.unwrap_or_default()
@@ -79,16 +86,20 @@ fn what_fits(d: &Diagnosis) -> Vec<String> {
         .filter(|f| f.measurement.outcome == Outcome::Fits)
         .collect();
     fits.sort_by_key(|f| kinds::disruption(f));
-    let mut out = vec![match fits.is_empty() {
-        true => "No single change tried makes it fit (the fixes below list each one).".to_string(),
-        false => format!(
+    // A run without the fixes (`--axes`) has nothing to say of single changes: its boundaries do.
+    let mut out: Vec<String> = match (fits.is_empty(), d.fixes.is_empty()) {
+        (_, true) => vec![],
+        (true, false) => {
+            vec!["No single change tried makes it fit (the fixes below list each one).".into()]
+        }
+        (false, false) => vec![format!(
             "Single changes that make it fit, the least change to the training first: {}.",
             fits.iter()
                 .map(|f| format!("{}{}", f.change, peak_of(f)))
                 .collect::<Vec<_>>()
                 .join("; ")
-        ),
-    }];
+        )],
+    };
     if let Some(ModulesVerdict::Culprits {
         items, measurement, ..
     }) = &d.modules

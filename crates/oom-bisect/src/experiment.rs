@@ -1,9 +1,11 @@
 //! An experiment's identity: everything that changes what a trial measures. Two runs share journal
 //! entries only when all of it is equal: the workload, the backend, the ceiling, the engine, the
-//! environment switches that change kernels or memory, and the version of this binary.
+//! environment switches that change kernels or memory, how a CUDA ceiling is held when that is the
+//! in-process cap (its boundaries are not yet the ballast's: docs/performance.md), and the version of
+//! this binary.
 
 use deeplab::Config;
-use oom_trial::{BackendKind, Ceiling, Engine, Switches};
+use oom_trial::{BackendKind, Ceiling, CeilingBy, Engine, Switches};
 
 /// The journal key of an experiment (the workload's device section excluded: the resolved device
 /// settings stand for it).
@@ -13,9 +15,15 @@ pub fn id(
     ceiling: Ceiling,
     engine: &Engine,
     switches: &Switches,
+    ceiling_by: CeilingBy,
 ) -> String {
+    // The ballast (the default) adds nothing, so that journals written before the cap still resume.
+    let held = match (backend, ceiling_by) {
+        (BackendKind::Cuda, CeilingBy::Cap) => " ceiling-by=cap",
+        _ => "",
+    };
     format!(
-        "{}|{}|{:?}|{:?}|{}|oom-bisect {}",
+        "{}|{}|{:?}|{:?}|{}{held}|oom-bisect {}",
         config.canonical_key(),
         backend.name(),
         ceiling,

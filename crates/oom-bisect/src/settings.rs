@@ -145,6 +145,9 @@ impl DeviceSettings {
         if self.trial_timeout != Duration::from_secs(crate::cli::DEFAULT_TRIAL_TIMEOUT) {
             s += &format!(" --trial-timeout {}", self.trial_timeout.as_secs());
         }
+        if self.backend == BackendKind::Cuda && self.ceiling_by == CeilingBy::Cap {
+            s += " --ceiling-by cap";
+        }
         match &self.engine {
             Engine::Estimate => s.push_str(" --estimate"),
             Engine::Exec { command } => {
@@ -468,6 +471,7 @@ impl BisectSettings {
             d.ceiling,
             &d.engine,
             &d.switches,
+            d.ceiling_by,
         );
         let journal = args.journal.join(format!(
             "{}-{}.jsonl",

@@ -141,8 +141,16 @@ fn axis_plot(d: &Diagnosis, cx: &Context<'_>, kind: AxisKind) -> Option<Figure> 
         return None;
     }
     let ceiling = cx.ceiling? as f64 / MIB;
-    let x_max = pts.iter().map(|p| p.0).fold(0.0, f64::max) * 1.05;
+    let original = x_of(cx.config);
+    let x_max = pts.iter().map(|p| p.0).fold(original, f64::max) * 1.05;
     let y_max = pts.iter().map(|p| p.1).fold(ceiling, f64::max) * 1.1;
+    // From just under the lowest point, not from 0: the region around the ceiling is what matters.
+    let y_min = pts.iter().map(|p| p.1).fold(ceiling, f64::min) * 0.9;
+    // Batches are whole numbers: one tick per batch where they fit, never a fractional one.
+    let x_ticks = match kind {
+        AxisKind::Batch => (x_max as usize).clamp(2, 12),
+        _ => 10,
+    };
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
@@ -152,15 +160,19 @@ fn axis_plot(d: &Diagnosis, cx: &Context<'_>, kind: AxisKind) -> Option<Figure> 
             .margin(10)
             .x_label_area_size(40)
             .y_label_area_size(70)
-            .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+            .build_cartesian_2d(0.0..x_max, y_min..y_max)
             .ok()?;
         chart
             .configure_mesh()
             .x_desc(x_desc)
             .y_desc("MiB")
+            .x_labels(x_ticks)
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_label_formatter(&|y| format!("{y:.0}"))
             .draw()
             .ok()?;
         ceiling_line(&mut chart, 0.0, x_max, ceiling)?;
+        original_line(&mut chart, original, y_min, y_max)?;
         let fits: Vec<(f64, f64)> = pts.iter().filter(|p| p.2).map(|p| (p.0, p.1)).collect();
         chart
             .draw_series(LineSeries::new(fits.clone(), FIT.stroke_width(2)))
@@ -188,6 +200,27 @@ fn ceiling_line(chart: &mut Chart<'_, '_>, x0: f64, x1: f64, y: f64) -> Option<(
             4,
             BLACK.stroke_width(1),
         ))
+        .ok()?;
+    Some(())
+}
+
+/// A dotted grey line at the original configuration's value, labelled.
+fn original_line(chart: &mut Chart<'_, '_>, x: f64, y0: f64, y1: f64) -> Option<()> {
+    let grey = RGBColor(120, 120, 120);
+    chart
+        .draw_series(DashedLineSeries::new(
+            [(x, y0), (x, y1)],
+            2,
+            3,
+            grey.stroke_width(1),
+        ))
+        .ok()?;
+    chart
+        .draw_series(std::iter::once(Text::new(
+            "original",
+            (x, y1),
+            ("sans-serif", 12).into_font().color(&grey),
+        )))
         .ok()?;
     Some(())
 }

@@ -233,6 +233,17 @@ fn minimal_file(run: &BisectRun) -> Option<MinimalFile> {
 /// Prints the report of a finished diagnosis, then writes its JSON and the minimal failing config
 /// (a file that cannot be written never costs the report), and gives the exit code; shared by
 /// `bisect` and `bench`.
+/// Under `--estimate`, the command that measures the same diagnosis on a GPU.
+fn confirm(st: &BisectSettings, sets: &str) -> String {
+    let ceiling = st.device.ceiling_arg.as_ref();
+    format!(
+        "{} bisect --config {}{sets} --backend cuda{}",
+        output::program(),
+        output::shell_word(&st.workload.path.display().to_string()),
+        ceiling.map(|c| format!(" {c}")).unwrap_or_default()
+    )
+}
+
 fn report_run(run: &BisectRun) -> Result<i32> {
     let (st, d) = (&run.settings, &run.diagnosis);
     let w = &st.workload;
@@ -267,18 +278,7 @@ fn report_run(run: &BisectRun) -> Result<i32> {
         resumed: run.resumed,
         wall_seconds: run.wall_seconds,
         estimate: st.device.engine == oom_trial::Engine::Estimate,
-        confirm: (st.device.engine == oom_trial::Engine::Estimate).then(|| {
-            format!(
-                "{} bisect --config {}{sets} --backend cuda{}",
-                output::program(),
-                output::shell_word(&w.path.display().to_string()),
-                st.device
-                    .ceiling_arg
-                    .as_ref()
-                    .map(|c| format!(" {c}"))
-                    .unwrap_or_default()
-            )
-        }),
+        confirm: (st.device.engine == oom_trial::Engine::Estimate).then(|| confirm(st, &sets)),
         exec: st.device.exec_command(),
         verbose: st.verbose,
         ceiling: run.ceiling,

@@ -372,6 +372,11 @@ fn train<B: AutodiffBackend + deeplab::pytorch::PytorchOps>(
     if PANICKED.load(Ordering::SeqCst) {
         bail!("a thread panicked during the trial");
     }
+    done(meter, req, check)
+}
+
+/// The trial's last event, unless it went past its ceiling without an out-of-memory (an error).
+fn done(meter: &mut Meter, req: &Request, check: f64) -> Result<()> {
     if let Some((peak, ceiling)) = meter.over_ceiling() {
         bail!(
             "the trial used {} of device memory, more than its ceiling ({}), without an \

@@ -58,18 +58,7 @@ pub fn breakdown(r: &TrialReport, config: &Config) -> Option<Vec<Part>> {
             how: format!("{} parameters × {e} bytes", super::count(params)),
             fixed: true,
         },
-        Part {
-            part: "gradients",
-            bytes: gradients,
-            how: match gradients {
-                0 => "none alive at the peak".into(),
-                g if g >= res.weights => "one per parameter, all alive at the peak (the optimizer \
-                                          step)"
-                    .into(),
-                _ => "of the layers backward has reached at the peak (the estimate's share)".into(),
-            },
-            fixed: true,
-        },
+        gradients_part(gradients, res.weights),
         Part {
             part: "optimizer state",
             bytes: state,
@@ -107,6 +96,22 @@ pub fn breakdown(r: &TrialReport, config: &Config) -> Option<Vec<Part>> {
         });
     }
     Some(parts)
+}
+
+/// The gradients alive at the peak, `weights` bytes when every parameter has one.
+fn gradients_part(bytes: u64, weights: u64) -> Part {
+    Part {
+        part: "gradients",
+        bytes,
+        how: match bytes {
+            0 => "none alive at the peak".into(),
+            g if g >= weights => {
+                "one per parameter, all alive at the peak (the optimizer step)".into()
+            }
+            _ => "of the layers backward has reached at the peak (the estimate's share)".into(),
+        },
+        fixed: true,
+    }
 }
 
 /// The breakdown as the report prints it, every part as a share of `peak`.

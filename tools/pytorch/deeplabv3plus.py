@@ -41,7 +41,7 @@ HONOURED = {
               "attention_heads", "aux_head", "identity", "truncate_after", "batch_norm"},
     "data": {"batch", "size"},
     "train": {"optimizer", "learning_rate", "momentum", "weight_decay", "loss_resolution",
-              "precision", "checkpointing", "phase", "steps"},
+              "precision", "checkpointing", "phase", "steps", "premade_state"},
     "device": {"backend", "memory_limit", "memory_fraction", "gpu", "memory_model"},
 }
 LAYERS = {"resnet18": [2, 2, 2, 2], "resnet34": [3, 4, 6, 3], "resnet50": [3, 4, 6, 3],
@@ -77,7 +77,7 @@ def load(path, sets):
     m.setdefault("aspp_rates", {8: [12, 24, 36], 16: [6, 12, 18], 32: [3, 6, 9]}[m["output_stride"]])
     for k, v in [("optimizer", "sgd"), ("learning_rate", 0.01), ("momentum", 0.9),
                  ("weight_decay", 1e-4), ("loss_resolution", "full"), ("precision", "f32"),
-                 ("checkpointing", False), ("phase", "step")]:
+                 ("checkpointing", False), ("phase", "step"), ("premade_state", False)]:
         t.setdefault(k, v)
     # As oom-bisect's Config::steps: 2 under the pytorch memory model, 3 under burn's.
     t.setdefault("steps", 3 if c.get("device", {}).get("memory_model") == "burn" else 2)
@@ -333,6 +333,20 @@ def loss_of(out, aux, truncated, y):
     return loss
 
 
+def make_optimizer_state(opt):
+    """As oom-bisect's train.premade_state: an update with zero gradients and a zero learning rate,
+    so that momentum (or Adam's moments) exists before the first measured step."""
+    rates = [g["lr"] for g in opt.param_groups]
+    for g in opt.param_groups:
+        g["lr"] = 0.0
+        for p in g["params"]:
+            p.grad = torch.zeros_like(p)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    for g, lr in zip(opt.param_groups, rates):
+        g["lr"] = lr
+
+
 def train(c, args):
     m, d, t = c["model"], c["data"], c["train"]
     dev = args.device
@@ -356,6 +370,8 @@ def train(c, args):
         torch.optim.AdamW(model.parameters(), lr=t["learning_rate"], weight_decay=t["weight_decay"])
     x = torch.randn(b, 3, h, w, device=dev, dtype=pure or torch.float32)
     y = torch.randint(0, m["classes"], (b, *size), device=dev)
+    if t["premade_state"] and t["phase"] == "step":
+        make_optimizer_state(opt)
     mark = Marks(args.marks, dev)
     cuda = dev == "cuda"
     if cuda:

@@ -246,6 +246,12 @@ pub struct TrainConfig {
     /// first step's optimizer update, so the peak needs at least two.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steps: Option<usize>,
+    /// Make the optimizer's state (momentum, Adam's moments) before the first step, by an update
+    /// with zero gradients and a zero learning rate, so that the first step already holds what
+    /// every later one holds. Left out of the canonical form while false, so that journals written
+    /// before this key existed still resume.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub premade_state: bool,
 }
 
 fn default_optimizer() -> Optimizer {
@@ -282,6 +288,7 @@ impl Default for TrainConfig {
             checkpointing: false,
             phase: default_phase(),
             steps: None,
+            premade_state: false,
         }
     }
 }

@@ -138,7 +138,7 @@ impl<B: AutodiffBackend + PytorchOps> Trainer<B> {
             Distribution::Uniform(0.0, config.model.classes as f64),
             device,
         );
-        Ok(Trainer {
+        let mut trainer = Trainer {
             model: Some(model),
             optim,
             images,
@@ -146,7 +146,35 @@ impl<B: AutodiffBackend + PytorchOps> Trainer<B> {
             phase: t.phase,
             lr: t.learning_rate,
             autocast: t.precision.autocast().is_some(),
-        })
+        };
+        if t.premade_state && t.phase == Phase::Step {
+            trainer.make_optimizer_state();
+        }
+        Ok(trainer)
+    }
+
+    /// An optimizer update with a zero gradient for every trainable parameter and a zero learning
+    /// rate: the parameters stay as they are (weight decay is scaled by the rate too), and the
+    /// optimizer's state exists with its final shapes, as after a first real step.
+    fn make_optimizer_state(&mut self) {
+        struct Zeros(GradientsParams);
+        impl<B: AutodiffBackend> burn::module::ModuleVisitor<B> for Zeros {
+            fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<Tensor<B, D>>) {
+                let value = param.val();
+                // BatchNorm's running statistics are visited too; they are not trained.
+                if value.is_require_grad() {
+                    self.0.register(param.id, value.inner().zeros_like());
+                }
+            }
+        }
+        let model = self.model.take().expect("model present between steps");
+        let mut zeros = Zeros(GradientsParams::new());
+        burn::module::Module::visit(&model, &mut zeros);
+        let model = match &mut self.optim {
+            Optim::Sgd(o) => o.step(0.0, model, zeros.0),
+            Optim::AdamW(o) => o.step(0.0, model, zeros.0),
+        };
+        self.model = Some(model);
     }
 
     pub fn model(&self) -> &DeepLabV3Plus<B> {

@@ -75,6 +75,7 @@ pub const KEYS: &[(&str, &[&str])] = &[
             "checkpointing",
             "phase",
             "steps",
+            "premade_state",
         ],
     ),
     (

@@ -90,6 +90,25 @@ fn remember_mempool(dev: cudarc::driver::sys::CUdevice) {
     }
 }
 
+/// Makes the allocator's release-and-retry return released pages to the device before it retries
+/// (`oom_bisect::Settle`), under either ceiling, as PyTorch's caching allocator does.
+fn settle_before_retry(dev: cudarc::driver::sys::CUdevice) {
+    remember_mempool(dev);
+    cubecl_runtime::memory_management::oom_bisect::DEVICE_POOLS.settle_with(settle);
+}
+
+/// The frees cubecl queued on its streams complete, and the memory pool hands every block it holds
+/// spare back to the device. Runs on cubecl's device thread, where the context is current.
+fn settle() {
+    // SAFETY: plain driver calls; `MEMPOOL` holds the device's pool, which lives as long as it.
+    unsafe {
+        let _ = cudarc::driver::sys::cuCtxSynchronize();
+        if let Some(&pool) = MEMPOOL.get() {
+            let _ = cudarc::driver::sys::cuMemPoolTrimTo(pool as _, 0);
+        }
+    }
+}
+
 /// Whether a CUDA driver and at least one device are present.
 pub fn probe() -> Result<String> {
     // cudarc panics when it cannot load the driver; ask first.
@@ -145,7 +164,8 @@ impl CudaCeiling {
         if by == CeilingBy::Cap {
             return Self::cap(ceiling);
         }
-        let (name, _) = open_device()?;
+        let (name, dev) = open_device()?;
+        settle_before_retry(dev);
         let (free, total) = mem_info()?;
         let used = total - free;
         let ceiling_bytes = ceiling.bytes(total);
@@ -196,7 +216,7 @@ impl CudaCeiling {
             );
         }
         let _ = CAPPED_GPU.set(gpu);
-        remember_mempool(dev);
+        settle_before_retry(dev);
         let pools = &cubecl_runtime::memory_management::oom_bisect::DEVICE_POOLS;
         pools.measure_with(device_now);
         pools.set_cap(ceiling_bytes);

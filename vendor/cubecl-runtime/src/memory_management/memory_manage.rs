@@ -533,8 +533,9 @@ impl<Storage: ComputeStorage> MemoryManagement<Storage> {
 
     /// oom-bisect: with `retry`, an allocation that fails is tried once more after every fully free
     /// page of every pool is released, as PyTorch's caching allocator does before it reports an
-    /// out-of-memory (`release_cached_blocks` in `CUDACachingAllocator.cpp`). Every path that
-    /// allocates a page goes through here.
+    /// out-of-memory (`release_cached_blocks` in `CUDACachingAllocator.cpp`), and made free on the
+    /// device before the retry (`Capped::release_now`): a release is otherwise only queued. Every
+    /// path that allocates a page goes through here.
     fn alloc_or_release(
         &mut self,
         alloc: impl Fn(&mut Self) -> Result<ManagedMemoryHandle, IoError>,
@@ -544,6 +545,7 @@ impl<Storage: ComputeStorage> MemoryManagement<Storage> {
             return first;
         }
         self.cleanup(true);
+        self.storage.release_now();
         alloc(self)
     }
 
@@ -662,19 +664,68 @@ mod tests {
         }
     }
 
-    /// oom-bisect: pools of mixed size classes, filled and then freed, give their pages back when a
-    /// size no class holds is asked for and the budget is spent, as PyTorch's allocator does; the
-    /// stock behaviour (no retry) refuses it.
+    /// oom-bisect: a storage that frees a page only when flushed, as cubecl-cuda's does (its
+    /// releases are queued), over a fake device whose use the budget's probe reads.
+    #[derive(Default)]
+    struct Queued {
+        inner: BytesStorage,
+        sizes: alloc::collections::BTreeMap<crate::storage::StorageId, u64>,
+        queued: Vec<crate::storage::StorageId>,
+    }
+
+    static DEVICE_USED: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+    static SETTLED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+    impl ComputeStorage for Queued {
+        type Resource = <BytesStorage as ComputeStorage>::Resource;
+
+        fn alignment(&self) -> usize {
+            self.inner.alignment()
+        }
+
+        fn get(&mut self, handle: &StorageHandle) -> Self::Resource {
+            self.inner.get(handle)
+        }
+
+        fn alloc(&mut self, size: u64) -> Result<StorageHandle, IoError> {
+            let handle = self.inner.alloc(size)?;
+            DEVICE_USED.fetch_add(size, core::sync::atomic::Ordering::SeqCst);
+            self.sizes.insert(handle.id, size);
+            Ok(handle)
+        }
+
+        fn dealloc(&mut self, id: crate::storage::StorageId) {
+            self.queued.push(id);
+        }
+
+        fn flush(&mut self) {
+            for id in core::mem::take(&mut self.queued) {
+                let size = self.sizes.remove(&id).unwrap_or(0);
+                DEVICE_USED.fetch_sub(size, core::sync::atomic::Ordering::SeqCst);
+                self.inner.dealloc(id);
+            }
+        }
+    }
+
+    /// oom-bisect: pools of mixed size classes, filled and then freed, give their pages back to the
+    /// device when a size no class holds is asked for and the ceiling is reached, as PyTorch's
+    /// allocator does: released, flushed (a queued release frees nothing) and settled before the
+    /// retry. The stock behaviour (no retry) refuses it.
     #[test_log::test]
     #[cfg(not(exclusive_memory_only))]
     fn oom_bisect_releases_freed_pages_for_a_size_no_class_holds() {
+        use core::sync::atomic::Ordering::SeqCst;
         const MIB: u64 = 1024 * 1024;
         let run = |retry: bool| {
+            DEVICE_USED.store(0, SeqCst);
+            SETTLED.store(false, SeqCst);
             let budget = alloc::boxed::Box::leak(alloc::boxed::Box::new(
                 oom_bisect::Budget::new(64 * MIB),
             ));
+            budget.measure_with(|| (DEVICE_USED.load(SeqCst), 0));
+            budget.settle_with(|| SETTLED.store(true, SeqCst));
             let mut mm = MemoryManagement::from_configuration(
-                BytesStorage::default(),
+                Queued::default(),
                 &DUMMY_MEM_PROPS,
                 MemoryConfiguration::Custom {
                     pool_options: oom_bisect::pytorch_pools(&DUMMY_MEM_PROPS),
@@ -682,19 +733,20 @@ mod tests {
                 Arc::new(ServerLogger::default()),
                 options(),
             );
-            mm.storage = oom_bisect::Capped::with_budget(BytesStorage::default(), Some(budget));
+            mm.storage = oom_bisect::Capped::with_budget(Queued::default(), Some(budget));
             mm.retry = retry;
             let sizes = [[MIB / 2; 8].as_slice(), &[5 * MIB; 3], &[12 * MIB, 20 * MIB]].concat();
             let held: Vec<_> = sizes.iter().map(|&s| mm.reserve(s).unwrap()).collect();
-            assert!(budget.held() > 48 * MIB, "the pools hold {}", budget.held());
+            assert!(DEVICE_USED.load(SeqCst) > 48 * MIB, "the pools hold the pages");
             drop(held);
             let big = mm.reserve(40 * MIB);
-            (big.is_ok(), budget.held())
+            (big.is_ok(), DEVICE_USED.load(SeqCst), SETTLED.load(SeqCst))
         };
-        let (fits, held) = run(true);
+        let (fits, used, settled) = run(true);
         assert!(fits, "with release-and-retry the 40 MiB request fits");
-        assert!(held <= 44 * MIB, "only its own page is held after the retry: {held}");
-        assert!(!run(false).0, "without it, the budget refuses the request");
+        assert!(used <= 44 * MIB, "only its own page is on the device after the retry: {used}");
+        assert!(settled, "the device settled before the retry");
+        assert!(!run(false).0, "without it, the ceiling refuses the request");
     }
 
     // Test pools with slices.

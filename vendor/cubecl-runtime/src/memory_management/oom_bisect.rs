@@ -84,7 +84,15 @@ pub struct Budget {
     peak: AtomicU64,
     /// A [`Probe`] ([`Budget::measure_with`]), or null: the cap is then on what is held.
     probe: AtomicPtr<()>,
+    /// A [`Settle`] ([`Budget::settle_with`]), or null.
+    settle: AtomicPtr<()>,
 }
+
+/// Waits until the pages the pools released are back with the device: on CUDA, synchronise (the
+/// stream-ordered frees complete) and trim the stream-ordered memory pool to nothing. PyTorch's
+/// caching allocator does the same before its retry (`cudaFree` synchronises), so a request no
+/// released block covers gets fresh memory instead of an out-of-memory.
+pub type Settle = fn();
 
 /// What the device says of this process now: (bytes it uses, context and everything included;
 /// bytes of those its stream-ordered memory pool holds spare, released pages not yet returned to
@@ -102,7 +110,19 @@ impl Budget {
             held: AtomicU64::new(0),
             peak: AtomicU64::new(0),
             probe: AtomicPtr::new(core::ptr::null_mut()),
+            settle: AtomicPtr::new(core::ptr::null_mut()),
         }
+    }
+
+    /// Run `settle` after the pools released their free pages, before the allocation is retried.
+    pub fn settle_with(&self, settle: Settle) {
+        self.settle.store(settle as *mut (), Ordering::SeqCst);
+    }
+
+    fn settle(&self) -> Option<Settle> {
+        let p = self.settle.load(Ordering::SeqCst);
+        // SAFETY: the only non-null value stored is a `Settle` (`settle_with`).
+        (!p.is_null()).then(|| unsafe { core::mem::transmute::<*mut (), Settle>(p) })
     }
 
     /// Measure the device with `probe` before each page instead of counting the pools' pages.
@@ -205,6 +225,19 @@ impl<S> Capped<S> {
 
     pub(super) fn inner(&mut self) -> &mut S {
         &mut self.inner
+    }
+}
+
+impl<S: ComputeStorage> Capped<S> {
+    /// Makes the pages released since the last flush free on the device: cubecl's storages only
+    /// queue a release until they flush, and the driver's pool keeps freed blocks until it
+    /// synchronises ([`Settle`]). Once settled, the pool holds nothing spare.
+    pub(super) fn release_now(&mut self) {
+        self.inner.flush();
+        if let Some(settle) = self.budget.and_then(Budget::settle) {
+            settle();
+            self.spare.clear();
+        }
     }
 }
 

@@ -3,9 +3,10 @@
 docs/runs/gpu-run-21.sh, the device memory held by the end of each of steps 1-5 by the built-in
 model (the pools' pages, from the trial's JSON) and PyTorch's reserved peak by the end of each step
 (the reference script's JSON lines), the step each run out of memory came in, and the one-step
-trial with its optimizer state made first, both ways.
+trial with its optimizer state made first, both ways. With a second directory (run 22, after the
+release-and-retry settles), its 5-step trials under the ballast and the cap come beside them.
 
-    python3 docs/steps-table.py docs/runs/h200/run21
+    python3 docs/steps-table.py docs/runs/h200/run21 docs/runs/h200/run22
 """
 import json, os, sys
 
@@ -48,18 +49,26 @@ def cells(peaks, n=5):
     return " ".join(f"{p:.2f}" for p in peaks[:n]) or "–"
 
 
-def main(run):
+def main(run, after=None):
     names = sorted({f.split(".")[0] for f in os.listdir(run) if f.endswith(".burn5.json")})
-    print("| config | built-in, 5 steps: device GiB by step | verdict | PyTorch, 5 steps: reserved GiB"
-          " by step | verdict | built-in, 1 step, state made first | PyTorch, 1 step, state first |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    head = ["config", "PyTorch, 5 steps: reserved GiB by step", "verdict",
+            "built-in, 5 steps, before the settle: device GiB by step", "verdict",
+            "built-in, 1 step, state made first", "PyTorch, 1 step, state made first"]
+    if after:
+        head += ["built-in, 5 steps, settled (ballast)", "verdict", "the same, cap", "verdict"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + " --- |" * len(head))
     for n in names:
-        b5, bv5, _ = burn(f"{run}/{n}.burn5.json")
         t5, tv5 = torch(f"{run}/{n}.pt5.jsonl")
+        b5, bv5, _ = burn(f"{run}/{n}.burn5.json")
         b1, bv1, _ = burn(f"{run}/{n}.burn1p.json")
         t1, tv1 = torch(f"{run}/{n}.pt1p.jsonl")
-        print(f"| {n} | {cells(b5)} | {bv5} | {cells(t5)} | {tv5} | {cells(b1)} {bv1} | "
-              f"{cells(t1)} {tv1} |")
+        row = [n, cells(t5), tv5, cells(b5), bv5, f"{cells(b1)} {bv1}", f"{cells(t1)} {tv1}"]
+        if after:
+            for kind in ("burn5", "cap5"):
+                p, v, _ = burn(f"{after}/{n}.{kind}.json")
+                row += [cells(p), v]
+        print("| " + " | ".join(row) + " |")
 
 
-main(sys.argv[1] if len(sys.argv) > 1 else "docs/runs/h200/run21")
+main(*sys.argv[1:3] if len(sys.argv) > 1 else ["docs/runs/h200/run21", "docs/runs/h200/run22"])

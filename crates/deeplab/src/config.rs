@@ -437,10 +437,10 @@ impl Config {
     }
 
     /// Training steps per trial: the config's, else two under the `pytorch` memory model and three
-    /// under `burn`'s. Measured on the H200 (docs/gpu-results.md, run 13): with PyTorch's allocator,
-    /// every out-of-memory came in the first or second step and a third step never raised the live
-    /// peak, and the device's by at most one 32 MiB page (0.6%); burn's sliced pools grew by up to
-    /// 6% in a third step (runs 6 and 10), so it keeps three.
+    /// under `burn`'s. Measured on the H200 (docs/gpu-results.md, run 13; docs/fidelity.md, runs 21
+    /// and 22, five steps on nine configurations near the ceiling, beside PyTorch): with PyTorch's
+    /// allocator every out-of-memory came in the first or second step, in PyTorch too; burn's sliced
+    /// pools grew by up to 6% in a third step (runs 6 and 10), so it keeps three.
     pub fn steps(&self) -> usize {
         self.train
             .steps

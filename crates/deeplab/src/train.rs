@@ -156,7 +156,7 @@ impl<B: AutodiffBackend + PytorchOps> Trainer<B> {
     /// An optimizer update with a zero gradient for every trainable parameter and a zero learning
     /// rate: the parameters stay as they are (weight decay is scaled by the rate too), and the
     /// optimizer's state exists with its final shapes, as after a first real step.
-    fn make_optimizer_state(&mut self) {
+    pub fn make_optimizer_state(&mut self) {
         struct Zeros(GradientsParams);
         impl<B: AutodiffBackend> burn::module::ModuleVisitor<B> for Zeros {
             fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<Tensor<B, D>>) {

@@ -270,3 +270,33 @@ fn each_modules_parameters_are_the_built_models() {
         assert_eq!(estimated, built);
     }
 }
+
+/// `train.premade_state`'s update (zero gradients, zero learning rate) leaves every weight as it
+/// was, with either optimizer and with weight decay, and a real step still trains after it.
+#[test]
+fn making_the_optimizer_state_leaves_the_weights() {
+    for opt in ["\"sgd\"", "\"adamw\""] {
+        let c = small(&[&format!("train.optimizer={opt}"), "train.weight_decay=0.1"]);
+        let mut t = Trainer::<B>::new(&c, &Default::default()).unwrap();
+        let weights = |t: &Trainer<B>| -> Vec<f32> {
+            t.model()
+                .backbone
+                .conv1
+                .weight
+                .val()
+                .into_data()
+                .to_vec()
+                .unwrap()
+        };
+        let before = weights(&t);
+        t.make_optimizer_state();
+        assert_eq!(weights(&t), before, "{opt}: the zero update moved a weight");
+        let r = t.step(&mut |_| {});
+        assert!(r.check.is_finite());
+        assert_ne!(
+            weights(&t),
+            before,
+            "{opt}: the step after it did not train"
+        );
+    }
+}

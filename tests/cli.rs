@@ -468,6 +468,23 @@ fn fake_bisect_json_has_every_field() {
     let (o, r, d) = fake_forum("bisect", "fakejson", &[]);
     assert_eq!(code(&o), 0, "{}", text(&o));
     let t = text(&o);
+    // The first answer to "where" puts the others together: what dominates, where it crosses,
+    // the block whose removal saves most.
+    let first = t.split("\nDiagnosis:\n  - ").nth(1).unwrap_or_default();
+    assert!(
+        first.starts_with("In short: activations are")
+            && first
+                .lines()
+                .next()
+                .unwrap()
+                .contains("after backbone.layer3.22")
+            && first
+                .lines()
+                .next()
+                .unwrap()
+                .contains("saves most is backbone.layer3.1-22"),
+        "{t}"
+    );
     assert!(t.contains("ESTIMATE: every figure below is the model's memory estimate"));
     assert!(
         t.contains("Reproduce with: ") && t.contains(" trial --config"),
@@ -905,4 +922,46 @@ fn inspect_takes_a_ceiling_and_questions_decimal_units() {
         "{}",
         text(&o)
     );
+}
+
+/// `inspect --json` carries the stamp of every JSON output, the exact parameter count, and an
+/// estimate whose parts add up to its peak.
+#[test]
+fn inspect_writes_stamped_json() {
+    let d = tmp("inspect-json");
+    let config = root().join("configs/deeplabv3plus-r50-os8.toml");
+    let json = d.join("inspect.json");
+    let o = run(
+        &[
+            "inspect",
+            "--config",
+            config.to_str().unwrap(),
+            "--memory-limit",
+            "24GiB",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+        &d,
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["tool"], "oom-bisect");
+    assert_eq!(v["memory_model"], "pytorch");
+    assert_eq!(v["params"], 40_352_181);
+    assert_eq!(v["ceiling_bytes"], 24u64 << 30);
+    let e = &v["estimate"];
+    let parts: u64 = [
+        "weights",
+        "gradients",
+        "optimizer_state",
+        "batch",
+        "activations",
+    ]
+    .iter()
+    .map(|k| e[format!("{k}_bytes")].as_u64().unwrap())
+    .sum();
+    assert_eq!(parts, e["peak_bytes"].as_u64().unwrap());
+    assert!(v["modules"].as_array().unwrap().len() > 20);
+    assert!(v["stages"][0]["shape"].is_array());
 }

@@ -230,6 +230,9 @@ pub struct InspectArgs {
     /// The ceiling the estimate is compared with, instead of the config's
     #[command(flatten)]
     pub ceiling: CeilingArgs,
+    /// Also write modules, stages and the estimate as JSON to FILE
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -411,6 +411,11 @@ pub fn inspect(args: &InspectArgs) -> Result<i32> {
         tell!("oom-bisect: note: {n}");
     }
     show!("{}", output::inspect::inspect(&w.config, &arch, ceiling));
+    if let Some(j) = &args.json {
+        let v = output::inspect::json(&w.config, &arch, ceiling);
+        let v = output::stamped(v, w.config.device.memory_model());
+        write_file(j, &serde_json::to_string_pretty(&v).expect("json"))?;
+    }
     Ok(code::SUCCESS)
 }
 

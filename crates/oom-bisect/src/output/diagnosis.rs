@@ -21,6 +21,7 @@ pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
         return String::new();
     }
     let mut lines: Vec<String> = vec![];
+    lines.extend(in_short(d, cx));
     lines.extend(where_it_fails(d, cx));
     lines.extend(what_fits(d));
     lines.extend(suspects(d, cx));
@@ -29,6 +30,73 @@ pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
         s += &format!("  - {l}\n");
     }
     s
+}
+
+fn phase_words(p: deeplab::Phase) -> &'static str {
+    match p {
+        deeplab::Phase::Forward => "in the forward pass",
+        deeplab::Phase::Backward => "in backward",
+        deeplab::Phase::Step => "in the optimizer step",
+    }
+}
+
+/// `a, b and c`.
+fn listed(names: &[&str]) -> String {
+    match names {
+        [] => String::new(),
+        [one] => one.to_string(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
+}
+
+/// One sentence first that puts the answers to "where" together: what dominates the peak, so
+/// where in the step the ceiling is crossed, and the block whose removal saves most. The lines
+/// below give each on its own (failing stage, depth, phase, modules), which read alone seem to
+/// disagree.
+fn in_short(d: &Diagnosis, cx: &Context<'_>) -> Option<String> {
+    let parts = cx.breakdown()?;
+    let oom = cx.original_report()?.oom.as_ref()?;
+    let total = parts.iter().map(|p| p.bytes).sum::<u64>().max(1);
+    let share = |b: u64| 100.0 * b as f64 / total as f64;
+    let fixed: Vec<_> = parts.iter().filter(|p| p.fixed && p.bytes > 0).collect();
+    let fixed_bytes: u64 = fixed.iter().map(|p| p.bytes).sum();
+    let when = format!(
+        "step {}, {}",
+        oom.step.unwrap_or(0) + 1,
+        oom.phase.map(phase_words).unwrap_or("at its start")
+    );
+    let what = if 2 * fixed_bytes >= total {
+        let names: Vec<&str> = fixed.iter().map(|p| p.part).collect();
+        format!(
+            "{} are {:.0}% of the peak, so the ceiling is crossed wherever the step's activations \
+             come on top of them ({when})",
+            listed(&names),
+            share(fixed_bytes)
+        )
+    } else {
+        let top = parts.iter().filter(|p| !p.fixed).max_by_key(|p| p.bytes)?;
+        format!(
+            "{} are {:.0}% of the peak and grow with batch and input size; the ceiling is crossed \
+             in {when}, after {}",
+            top.part,
+            share(top.bytes),
+            oom.stage.as_deref().unwrap_or("start")
+        )
+    };
+    let block = match &d.modules {
+        Some(ModulesVerdict::Culprits {
+            items, measurement, ..
+        }) if items.len() == 1 => format!(
+            "; the block whose removal saves most is {}{}",
+            items[0],
+            measurement
+                .peak_bytes
+                .map(|p| format!(" (without it: {})", fmt_bytes(p)))
+                .unwrap_or_default()
+        ),
+        _ => String::new(),
+    };
+    Some(format!("In short: {what}{block}."))
 }
 
 /// Where the run crosses the ceiling: the step and stage of the failure, the stage depth first
@@ -46,11 +114,7 @@ fn where_it_fails(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
             "It fails in step {}{} after {} ({}){}.",
             o.step.unwrap_or(0) + 1,
             o.phase
-                .map(|p| match p {
-                    deeplab::Phase::Forward => ", in the forward pass,",
-                    deeplab::Phase::Backward => ", in backward,",
-                    deeplab::Phase::Step => ", in the optimizer step,",
-                })
+                .map(|p| format!(", {},", phase_words(p)))
                 .unwrap_or_default(),
             o.stage.as_deref().unwrap_or("start"),
             super::memory::oom_text(r),

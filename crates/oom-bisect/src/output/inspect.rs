@@ -76,6 +76,46 @@ fn stages(est: &MemoryEstimate) -> String {
     s
 }
 
+/// What the text says, as JSON (`inspect --json`): the modules, the stages and the estimate, with
+/// the ceiling in bytes where it is one.
+pub fn json(c: &Config, arch: &Architecture, ceiling: Ceiling) -> serde_json::Value {
+    let est = arch.memory_estimate(c);
+    let params = arch.params_by_module();
+    let modules: Vec<_> = (arch.modules.iter().zip(&params))
+        .map(|(m, (_, p))| {
+            serde_json::json!({
+                "id": m.id, "kind": m.kind, "params": p,
+                "swapped": arch.is_identity(&m.id), "not_swappable": m.not_swappable,
+            })
+        })
+        .collect();
+    let stages: Vec<_> = (est.stages.iter())
+        .map(|s| {
+            serde_json::json!({
+                "id": s.id, "shape": s.shape, "saved_bytes": s.saved_bytes, "runs": s.runs,
+            })
+        })
+        .collect();
+    let p = est.peak;
+    serde_json::json!({
+        "config": super::title(c),
+        "params": est.params,
+        "modules": modules,
+        "stages": stages,
+        "estimate": {
+            "phase": c.train.phase.name(),
+            "peak_bytes": p.total(),
+            "weights_bytes": p.weights,
+            "gradients_bytes": p.gradients,
+            "optimizer_state_bytes": p.optimizer_state,
+            "batch_bytes": p.batch,
+            "activations_bytes": p.activations,
+            "between_steps_bytes": est.between_steps,
+        },
+        "ceiling_bytes": match ceiling { Ceiling::Bytes(b) => Some(b), _ => None },
+    })
+}
+
 /// The estimate against the ceiling (the flag's, else the config's), when it is given in bytes.
 fn against(est: &MemoryEstimate, ceiling: Ceiling) -> String {
     let need = est.peak.total();

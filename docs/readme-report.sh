@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates the report pasted in README.md ("What a diagnosis looks like") from the current build:
 # runs the README's main job (the quickstart on the CPU backend, a fresh journal) and replaces the
-# block between the two README markers with its report, and the sentence above it with its figures.
+# block between the two README markers with its report, and the sentence above it with its figures;
+# with Chromium installed, it retakes the page's screenshot too (docs/html-screenshot.sh).
 #   bash docs/readme-report.sh [BINARY]    (default: target/release/oom-bisect, built if missing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,3 +34,6 @@ readme = re.sub(
 open("README.md", "w").write(readme)
 PY
 echo "README.md: report of $trials trials in $secs s pasted"
+if command -v chromium >/dev/null; then
+    bash docs/html-screenshot.sh 2>/dev/null && echo "docs/quickstart-report.png: retaken"
+fi

@@ -192,14 +192,23 @@ type Chart<'a, 'b> = ChartContext<
     Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
 >;
 
+/// The ceiling across a plot at height `y`, dashed and labelled.
 fn ceiling_line(chart: &mut Chart<'_, '_>, x0: f64, x1: f64, y: f64) -> Option<()> {
+    dashed_ceiling(chart, (x0, y), (x1, y))
+}
+
+/// A dashed line from `a` to `b`, labelled "ceiling" at `a` (the browser test looks for it).
+fn dashed_ceiling(chart: &mut Chart<'_, '_>, a: (f64, f64), b: (f64, f64)) -> Option<()> {
     chart
-        .draw_series(DashedLineSeries::new(
-            [(x0, y), (x1, y)],
-            6,
-            4,
-            BLACK.stroke_width(1),
-        ))
+        .draw_series(DashedLineSeries::new([a, b], 6, 4, BLACK.stroke_width(1)))
+        .ok()?;
+    let anchor = plotters::style::text_anchor::Pos::new(
+        plotters::style::text_anchor::HPos::Left,
+        plotters::style::text_anchor::VPos::Bottom,
+    );
+    let font = ("sans-serif", 11).into_font().color(&BLACK).pos(anchor);
+    chart
+        .draw_series(std::iter::once(Text::new("ceiling", a, font)))
         .ok()?;
     Some(())
 }
@@ -234,87 +243,118 @@ fn draw_points(chart: &mut Chart<'_, '_>, pts: &[Point]) -> Option<()> {
     Some(())
 }
 
-/// In-use memory after each stage of the last step of the whole run (the original without the
-/// ceiling when it ran out of memory under it), against the ceiling.
+/// In-use memory after each stage of the last step of the original under the ceiling, against
+/// the ceiling. When it ran out of memory, the line ends in a red point at what it tried to hold
+/// (in use plus the refused request), labelled with the phase it failed in, so it crosses the
+/// ceiling where the run did; stage readings alone never do (the peak comes between them).
 fn stages_plot(cx: &Context<'_>) -> Option<Figure> {
-    let r = cx
-        .whole_run()
-        .map(|(r, _)| r)
-        .or_else(|| cx.original_report())?;
+    let r = cx.original_report()?;
     let last_step = r.stages.iter().map(|s| s.step).max()?;
-    let stages: Vec<_> = r.stages.iter().filter(|s| s.step == last_step).collect();
-    if stages.len() < 2 {
+    let mut rows: Vec<(String, u64, u64)> = (r.stages.iter())
+        .filter(|s| s.step == last_step)
+        .map(|s| (s.name.clone(), s.in_use_bytes, s.device_bytes))
+        .collect();
+    let failed = failed_request(r, last_step);
+    if let Some((label, tried)) = &failed {
+        rows.push((label.clone(), *tried, *tried));
+    }
+    if rows.len() < 2 {
         return None;
     }
     let ceiling = cx.ceiling? as f64 / MIB;
-    let n = stages.len() as f64;
-    let y_max = stages
-        .iter()
-        .map(|s| s.device_bytes.max(s.in_use_bytes) as f64 / MIB)
+    let title = format!("memory after each stage, step {}", last_step + 1);
+    let svg = stages_svg(&title, &rows, ceiling, failed.is_some())?;
+    let data = (rows.iter())
+        .map(|(name, in_use, _)| (name.clone(), *in_use as f64 / MIB, None))
+        .collect();
+    Some(Figure { svg, data })
+}
+
+/// `(label, bytes tried)` of the allocation that failed in step `step` of `r`, if one did.
+fn failed_request(r: &oom_trial::TrialReport, step: usize) -> Option<(String, u64)> {
+    let oom = r.oom.as_ref()?;
+    if oom.step != Some(step) {
+        return None;
+    }
+    let (in_use, _) = r.in_use_at_oom()?;
+    let phase = oom.phase.map(|p| p.name()).unwrap_or("start");
+    Some((format!("OOM in {phase}"), in_use + oom.bytes.unwrap_or(0)))
+}
+
+/// A rotated label that hangs below its tick: plotters centres x labels on the tick whatever their
+/// anchor, so the name is preceded by as many no-break spaces (which SVG does not collapse), and the
+/// visible half starts at the tick.
+fn hanging(name: &str) -> String {
+    let pad: String = std::iter::repeat_n('\u{a0}', name.chars().count()).collect();
+    format!("{pad}{name}")
+}
+
+/// The stages chart: in use and device lines (MiB) over the named stages, the ceiling dashed,
+/// the last point red when it is the failed request.
+fn stages_svg(
+    title: &str,
+    rows: &[(String, u64, u64)],
+    ceiling: f64,
+    ends_in_oom: bool,
+) -> Option<String> {
+    let n = rows.len() as f64;
+    let y_max = (rows.iter())
+        .map(|(_, u, d)| (*u).max(*d) as f64 / MIB)
         .fold(ceiling, f64::max)
         * 1.1;
-    let names: Vec<String> = stages.iter().map(|s| s.name.clone()).collect();
+    let names: Vec<&str> = rows.iter().map(|(name, _, _)| name.as_str()).collect();
     let mut svg = String::new();
     {
         let root =
             SVGBackend::with_string(&mut svg, (SIZE.0 + 240, SIZE.1 + 80)).into_drawing_area();
         root.fill(&WHITE).ok()?;
         let mut chart = ChartBuilder::on(&root)
-            .caption(
-                format!("memory after each stage, step {}", last_step + 1),
-                ("sans-serif", 18),
-            )
+            .caption(title, ("sans-serif", 18))
             .margin(10)
-            .x_label_area_size(120)
+            .x_label_area_size(130)
             .y_label_area_size(70)
             .build_cartesian_2d(-0.5..n - 0.5, 0.0..y_max)
             .ok()?;
+        let label_style = ("sans-serif", 11)
+            .into_font()
+            .transform(FontTransform::Rotate90);
         chart
             .configure_mesh()
             .x_labels(names.len())
             .x_label_formatter(&|x| {
                 let i = x.round();
                 match (i - x).abs() < 0.01 && i >= 0.0 {
-                    true => names.get(i as usize).cloned().unwrap_or_default(),
+                    true => names
+                        .get(i as usize)
+                        .map(|s| hanging(s))
+                        .unwrap_or_default(),
                     false => String::new(),
                 }
             })
-            .x_label_style(
-                ("sans-serif", 11)
-                    .into_font()
-                    .transform(FontTransform::Rotate90),
-            )
+            .x_label_style(label_style)
+            .y_label_formatter(&|y| format!("{y:.0}"))
             .y_desc("MiB")
             .draw()
             .ok()?;
         ceiling_line(&mut chart, -0.5, n - 0.5, ceiling)?;
-        let series = |f: fn(&oom_trial::StageMemory) -> u64| {
-            stages
-                .iter()
-                .enumerate()
-                .map(move |(i, s)| (i as f64, f(s) as f64 / MIB))
+        let series = |f: fn(&(String, u64, u64)) -> u64| {
+            (rows.iter().enumerate())
+                .map(move |(i, row)| (i as f64, f(row) as f64 / MIB))
                 .collect::<Vec<_>>()
         };
+        let device = series(|r| r.2);
         chart
-            .draw_series(LineSeries::new(
-                series(|s| s.in_use_bytes),
-                FIT.stroke_width(2),
-            ))
-            .ok()?
-            .label("in use");
+            .draw_series(LineSeries::new(device, BLUE.stroke_width(1)))
+            .ok()?;
+        let in_use = series(|r| r.1);
         chart
-            .draw_series(LineSeries::new(
-                series(|s| s.device_bytes),
-                BLUE.stroke_width(1),
-            ))
-            .ok()?
-            .label("device");
+            .draw_series(LineSeries::new(in_use.clone(), FIT.stroke_width(2)))
+            .ok()?;
+        if let (true, Some(&(x, y))) = (ends_in_oom, in_use.last()) {
+            draw_points(&mut chart, &[(x, y, false)])?;
+        }
     }
-    let data = stages
-        .iter()
-        .map(|s| (s.name.clone(), s.in_use_bytes as f64 / MIB, None))
-        .collect();
-    Some(Figure { svg, data })
+    Some(svg)
 }
 
 /// The peak with each module item swapped alone, against the ceiling.
@@ -396,14 +436,7 @@ fn bars(
             }))
             .ok()?;
         if let Some(c) = ceiling {
-            chart
-                .draw_series(DashedLineSeries::new(
-                    [(c, -0.5), (c, n - 0.5)],
-                    6,
-                    4,
-                    BLACK.stroke_width(1),
-                ))
-                .ok()?;
+            dashed_ceiling(&mut chart, (c, -0.5), (c, n - 0.5))?;
         }
     }
     let data = rows

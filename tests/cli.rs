@@ -721,30 +721,30 @@ fn a_changed_switch_measures_again() {
     let d = tmp("switch");
     let cfg = root().join("configs/quickstart.toml");
     let journal = d.join("j");
-    let bisect = |fusion: &str| {
+    let bisect = |conv: &str| {
         Command::new(BIN)
             .args(["bisect", "--config", cfg.to_str().unwrap(), "--fake-trials"])
             .args(["--axes", "batch", "--journal", journal.to_str().unwrap()])
             .current_dir(&d)
             .env("OOM_BISECT_KERNEL_CACHE", "")
-            .env("OOM_BISECT_FUSION", fusion)
+            .env("OOM_BISECT_CONV", conv)
             .output()
             .unwrap()
     };
-    let first = bisect("on");
+    let first = bisect("gemm");
     assert_eq!(code(&first), 0, "{}", text(&first));
     assert!(!text(&first).contains("resuming"), "{}", text(&first));
     // Another kernel setting: another experiment, measured afresh.
-    let other = bisect("off");
+    let other = bisect("direct");
     assert_eq!(code(&other), 0, "{}", text(&other));
     assert!(!text(&other).contains("resuming"), "{}", text(&other));
     // The same setting again: answered from the journal.
-    let again = bisect("on");
+    let again = bisect("gemm");
     assert!(text(&again).contains("resuming"), "{}", text(&again));
     // A value no trial accepts is refused before any trial, naming the variable.
     let bad = bisect("sideways");
     assert_eq!(code(&bad), 2, "{}", text(&bad));
-    assert!(text(&bad).contains("OOM_BISECT_FUSION"), "{}", text(&bad));
+    assert!(text(&bad).contains("OOM_BISECT_CONV"), "{}", text(&bad));
 }
 
 /// `--memory-limit none` drops the ceiling a config sets: a trial that runs out of memory under the

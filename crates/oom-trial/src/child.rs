@@ -289,16 +289,41 @@ fn run_cuda(config: &Config, req: &Request) -> Result<()> {
             train::<Autodiff<Cuda, BalancedCheckpointing>>(config, &device, &mut meter, req)
         }
         (true, false) => train::<Autodiff<Cuda>>(config, &device, &mut meter, req),
-        (false, true) => {
-            train::<Autodiff<Unfused, BalancedCheckpointing>>(config, &device, &mut meter, req)
-        }
-        (false, false) => train::<Autodiff<Unfused>>(config, &device, &mut meter, req),
+        (false, checkpointing) => train_unfused(config, &device, &mut meter, req, checkpointing),
     }
 }
 
 /// burn-cuda without its fusion layer: every tensor operation is its own kernel.
-#[cfg(feature = "cuda")]
+#[cfg(feature = "unfused")]
 type Unfused = burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>;
+
+/// The trial on [`Unfused`]: a second instantiation of the whole model and its training, which
+/// costs about a minute of every first build, so only with the `unfused` feature
+/// (`OOM_BISECT_FUSION=off` is refused up front without it: `Switches`).
+#[cfg(feature = "unfused")]
+fn train_unfused(
+    config: &Config,
+    device: &burn_cuda::CudaDevice,
+    meter: &mut Meter,
+    req: &Request,
+    checkpointing: bool,
+) -> Result<()> {
+    match checkpointing {
+        true => train::<Autodiff<Unfused, BalancedCheckpointing>>(config, device, meter, req),
+        false => train::<Autodiff<Unfused>>(config, device, meter, req),
+    }
+}
+
+#[cfg(all(feature = "cuda", not(feature = "unfused")))]
+fn train_unfused(
+    _: &Config,
+    _: &burn_cuda::CudaDevice,
+    _: &mut Meter,
+    _: &Request,
+    _: bool,
+) -> Result<()> {
+    bail!("OOM_BISECT_FUSION=off needs a build with `--features unfused`")
+}
 
 #[cfg(not(feature = "cuda"))]
 fn run_cuda(_: &Config, _: &Request) -> Result<()> {

@@ -63,7 +63,12 @@ impl Default for Switches {
 fn fusion(value: &str) -> Result<bool, String> {
     match value {
         "" | "on" | "1" => Ok(true),
-        "off" | "0" => Ok(false),
+        "off" | "0" if cfg!(feature = "unfused") => Ok(false),
+        "off" | "0" => Err(format!(
+            "{FUSION_ENV}={value}: this binary was built without the `unfused` feature (cargo build \
+             --release --features unfused), which compiles the model a second time for the backend \
+             without fusion"
+        )),
         other => Err(format!("{FUSION_ENV}={other:?}: expected `on` or `off`")),
     }
 }
@@ -74,5 +79,27 @@ fn conv(value: &str) -> Result<bool, String> {
         "" | "gemm" => Ok(false),
         "direct" => Ok(true),
         other => Err(format!("{CONV_ENV}={other:?}: expected `gemm` or `direct`")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fusion off needs the second instantiation of the model; a build without it says which
+    /// feature, instead of failing in the trial.
+    #[test]
+    fn fusion_off_names_the_feature_it_needs() {
+        assert_eq!(fusion("on"), Ok(true));
+        match fusion("off") {
+            Ok(off) => assert!(cfg!(feature = "unfused") && !off),
+            Err(e) => assert!(
+                !cfg!(feature = "unfused") && e.contains("--features unfused"),
+                "{e}"
+            ),
+        }
+        assert!(fusion("sideways")
+            .unwrap_err()
+            .contains("expected `on` or `off`"));
     }
 }

@@ -281,3 +281,27 @@ fn the_pytorch_reference_is_the_burn_model() {
         .unwrap();
     assert!(o.status.success(), "{}", text(&o));
 }
+
+/// On the CPU the ceiling is passed on to the command, not enforced, so any size is accepted, a
+/// GPU's larger than this host included, and the command sees it.
+#[test]
+fn a_cpu_exec_takes_any_ceiling_and_passes_it_on() {
+    let d = tmp("exec-any-ceiling");
+    let cfg = write(&d, "toy.toml", TOY);
+    let o = run_exec(
+        &d,
+        &[
+            "trial",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--memory-limit",
+            "4TiB",
+        ],
+        "python3 -c \"import os; print(os.environ['OOM_BISECT_MEMORY_LIMIT'])\"",
+        &[],
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let t = text(&o);
+    assert!(t.contains("passed on to your command"), "{t}");
+    assert!(t.contains("4.00 TiB") || t.contains("4096.00 GiB"), "{t}");
+}

@@ -351,15 +351,24 @@ fn check_ceiling(
     device_name: Option<&str>,
     notes: &mut Vec<String>,
 ) -> Result<(Ceiling, Option<u64>)> {
+    let as_given = |ceiling: Ceiling| {
+        let bytes = match ceiling {
+            Ceiling::Bytes(b) => Some(b),
+            _ => None,
+        };
+        Ok((ceiling, bytes))
+    };
     let (total, what) = match (engine, backend) {
-        (Engine::Estimate, _) => {
-            return Ok((
-                ceiling,
-                match ceiling {
-                    Ceiling::Bytes(b) => Some(b),
-                    _ => None,
-                },
-            ))
+        (Engine::Estimate, _) => return as_given(ceiling),
+        // A command on the CPU gets the ceiling to honour ($OOM_BISECT_MEMORY_LIMIT); nothing here
+        // enforces it, so it may be any size, a GPU's on a smaller host included.
+        (Engine::Exec { .. }, BackendKind::Cpu) => {
+            notes.push(
+                "--exec on the CPU: the ceiling is passed on to your command \
+                 ($OOM_BISECT_MEMORY_LIMIT), not enforced"
+                    .to_string(),
+            );
+            return as_given(ceiling);
         }
         (_, BackendKind::Cuda) => {
             let total = oom_trial::cuda_total_bytes().map_err(|e| {

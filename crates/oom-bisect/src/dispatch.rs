@@ -1,9 +1,9 @@
 //! Where trials run: `--devices`, `--jobs` and `--launcher` resolved into the pool's workers.
 //!
-//! - CUDA: each trial on its card through `CUDA_VISIBLE_DEVICES`. Under a capped ceiling (the
-//!   default for built-in trials) as many workers per GPU as ceilings fit in its free memory (five
-//!   24 GiB ceilings on an H200), each trial its own process; under ballast one worker per GPU, as
-//!   the ballast takes the whole card. An inherited `CUDA_VISIBLE_DEVICES` (Slurm, Kubernetes) is
+//! - CUDA: each trial on its card through `CUDA_VISIBLE_DEVICES`. Under ballast (the default) one
+//!   worker per GPU, as the ballast takes the whole card; under a capped ceiling (`--ceiling-by
+//!   cap`) as many workers per GPU as ceilings fit in its free memory (five 24 GiB ceilings on an
+//!   H200), each trial its own process. An inherited `CUDA_VISIBLE_DEVICES` (Slurm, Kubernetes) is
 //!   respected: `--devices` picks among the devices it leaves visible.
 //! - CPU: `--jobs` workers on this host; by default, for the built-in model, as many as there are
 //!   cores and as the memory now available holds trials under the ceiling (both cores of a 2-core

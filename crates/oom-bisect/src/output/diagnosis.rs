@@ -4,6 +4,7 @@
 //! printed further down; nothing here is measured or guessed anew.
 
 use super::context::Context;
+use super::memory::Part;
 use crate::kinds::{self, AxisKind};
 use oom_search::{AxisVerdict, Diagnosis, FixResult, ModulesVerdict, Outcome};
 use oom_trial::fmt_bytes;
@@ -20,9 +21,11 @@ pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
     if d.original.outcome != Outcome::Oom {
         return String::new();
     }
+    let parts = cx.breakdown();
+    let split = parts.as_deref().map(Split::of);
     let mut lines: Vec<String> = vec![];
-    lines.extend(in_short(d, cx));
-    lines.extend(where_it_fails(d, cx));
+    lines.extend(in_short(d, cx, split.as_ref()));
+    lines.extend(where_it_fails(d, cx, split.as_ref()));
     lines.extend(what_fits(d));
     lines.extend(suspects(d, cx));
     let mut s = "\nDiagnosis:\n".to_string();
@@ -49,37 +52,67 @@ fn listed(names: &[&str]) -> String {
     }
 }
 
+/// The breakdown of the peak split into what the model and optimizer fix and the rest: the one
+/// home of the fixed share both sentences of the diagnosis give.
+struct Split<'a> {
+    total: u64,
+    fixed: Vec<&'a Part>,
+    rest: Vec<&'a Part>,
+    fixed_bytes: u64,
+}
+
+impl<'a> Split<'a> {
+    fn of(parts: &'a [Part]) -> Split<'a> {
+        let (fixed, rest): (Vec<_>, Vec<_>) = parts.iter().partition(|p| p.fixed);
+        Split {
+            total: parts.iter().map(|p| p.bytes).sum::<u64>().max(1),
+            fixed_bytes: fixed.iter().map(|p| p.bytes).sum(),
+            fixed,
+            rest,
+        }
+    }
+
+    /// Percent of the peak.
+    fn share(&self, bytes: u64) -> f64 {
+        100.0 * bytes as f64 / self.total as f64
+    }
+
+    /// The names of the parts that hold anything.
+    fn names(&self, parts: &[&'a Part]) -> Vec<&'static str> {
+        parts
+            .iter()
+            .filter(|p| p.bytes > 0)
+            .map(|p| p.part)
+            .collect()
+    }
+}
+
 /// One sentence first that puts the answers to "where" together: what dominates the peak, so
 /// where in the step the ceiling is crossed, and the block whose removal saves most. The lines
 /// below give each on its own (failing stage, depth, phase, modules), which read alone seem to
 /// disagree.
-fn in_short(d: &Diagnosis, cx: &Context<'_>) -> Option<String> {
-    let parts = cx.breakdown()?;
+fn in_short(d: &Diagnosis, cx: &Context<'_>, split: Option<&Split<'_>>) -> Option<String> {
+    let split = split?;
     let oom = cx.original_report()?.oom.as_ref()?;
-    let total = parts.iter().map(|p| p.bytes).sum::<u64>().max(1);
-    let share = |b: u64| 100.0 * b as f64 / total as f64;
-    let fixed: Vec<_> = parts.iter().filter(|p| p.fixed && p.bytes > 0).collect();
-    let fixed_bytes: u64 = fixed.iter().map(|p| p.bytes).sum();
     let when = format!(
         "step {}, {}",
         oom.step.unwrap_or(0) + 1,
         oom.phase.map(phase_words).unwrap_or("at its start")
     );
-    let what = if 2 * fixed_bytes >= total {
-        let names: Vec<&str> = fixed.iter().map(|p| p.part).collect();
+    let what = if 2 * split.fixed_bytes >= split.total {
         format!(
             "{} are {:.0}% of the peak, so the ceiling is crossed wherever the step's activations \
              come on top of them ({when})",
-            listed(&names),
-            share(fixed_bytes)
+            listed(&split.names(&split.fixed)),
+            split.share(split.fixed_bytes)
         )
     } else {
-        let top = parts.iter().filter(|p| !p.fixed).max_by_key(|p| p.bytes)?;
+        let top = split.rest.iter().max_by_key(|p| p.bytes)?;
         format!(
             "{} are {:.0}% of the peak and grow with batch and input size; the ceiling is crossed \
              in {when}, after {}",
             top.part,
-            share(top.bytes),
+            split.share(top.bytes),
             oom.stage.as_deref().unwrap_or("start")
         )
     };
@@ -101,7 +134,7 @@ fn in_short(d: &Diagnosis, cx: &Context<'_>) -> Option<String> {
 
 /// Where the run crosses the ceiling: the step and stage of the failure, the stage depth first
 /// tips it over, and what the peak is made of.
-fn where_it_fails(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
+fn where_it_fails(d: &Diagnosis, cx: &Context<'_>, split: Option<&Split<'_>>) -> Vec<String> {
     let mut out = vec![];
     let depth = boundary(d, AxisKind::Depth).map(|(fit, oom)| {
         format!("; truncated after {fit} the model fits, with {oom} it does not")
@@ -121,22 +154,15 @@ fn where_it_fails(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
             depth.unwrap_or_default()
         ));
     }
-    if let Some(parts) = cx.breakdown() {
-        let total: u64 = parts.iter().map(|p| p.bytes).sum::<u64>().max(1);
-        let (fixed, rest): (Vec<_>, Vec<_>) = parts.iter().partition(|p| p.fixed);
-        let names = |ps: &[&super::memory::Part]| {
-            let named: Vec<&str> = ps.iter().filter(|p| p.bytes > 0).map(|p| p.part).collect();
-            named.join(", ")
-        };
-        let fixed_bytes: u64 = fixed.iter().map(|p| p.bytes).sum();
+    if let Some(split) = split {
         out.push(format!(
             "{:.0}% of its peak ({}: {}) is fixed by the model and optimizer, which no change of \
              batch or input size reduces (fewer or smaller parameters, or another optimizer, do); \
              the rest is {}.",
-            100.0 * fixed_bytes as f64 / total as f64,
-            names(&fixed),
-            fmt_bytes(fixed_bytes),
-            names(&rest)
+            split.share(split.fixed_bytes),
+            split.names(&split.fixed).join(", "),
+            fmt_bytes(split.fixed_bytes),
+            split.names(&split.rest).join(", ")
         ));
     }
     out

@@ -276,9 +276,8 @@ fn failed_request(r: &oom_trial::TrialReport, step: usize) -> Option<(String, u6
     if oom.step != Some(step) {
         return None;
     }
-    let (in_use, _) = r.in_use_at_oom()?;
     let phase = oom.phase.map(|p| p.name()).unwrap_or("start");
-    Some((format!("OOM in {phase}"), in_use + oom.bytes.unwrap_or(0)))
+    Some((format!("OOM in {phase}"), r.failed_at()?))
 }
 
 /// A rotated label that hangs below its tick: plotters centres x labels on the tick whatever their

@@ -298,7 +298,8 @@ fn run_cuda(config: &Config, req: &Request) -> Result<()> {
 type Unfused = burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>;
 
 /// The trial on [`Unfused`]: a second instantiation of the whole model and its training, which
-/// costs about a minute of every first build, so only with the `unfused` feature
+/// cost about three minutes of a first build on 2 cores (docs/performance.md), so only with the
+/// `unfused` feature
 /// (`OOM_BISECT_FUSION=off` is refused up front without it: `Switches`).
 #[cfg(feature = "unfused")]
 fn train_unfused(

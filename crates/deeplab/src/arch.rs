@@ -44,6 +44,8 @@ pub struct Architecture {
     pub layer3_out: usize,
     /// Whose memory behaviour the model reproduces in training (`device.memory_model`).
     pub memory_model: MemoryModel,
+    /// Every residual block is a checkpoint segment ([`crate::config::Recompute::Blocks`]).
+    pub checkpoint_blocks: bool,
 }
 
 /// Every module and stage id users type, torchvision's dotted names: the one place they are spelled.
@@ -351,6 +353,7 @@ impl Architecture {
             decoder_out: wd.decoder_out,
             logits_stride: wd.logits_stride,
             memory_model: config.device.memory_model(),
+            checkpoint_blocks: config.recompute() == crate::config::Recompute::Blocks,
         })
     }
 

@@ -237,7 +237,7 @@ pub struct TrainConfig {
     pub loss_resolution: LossResolution,
     #[serde(default = "default_precision")]
     pub precision: Precision,
-    /// Recompute activations in backward (burn's `BalancedCheckpointing`).
+    /// Recompute activations in backward: see [`Recompute`] for how each memory model does it.
     #[serde(default)]
     pub checkpointing: bool,
     #[serde(default = "default_phase")]
@@ -289,6 +289,29 @@ impl Default for TrainConfig {
             phase: default_phase(),
             steps: None,
             premade_state: false,
+        }
+    }
+}
+
+/// How `train.checkpointing` recomputes activations, by memory model: what a user of each framework
+/// gets when they turn checkpointing on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recompute {
+    /// Checkpointing is off: everything backward needs is kept from the forward pass.
+    Nothing,
+    /// burn's `BalancedCheckpointing` (`burn` model): per operation, memory-bound ops are recomputed.
+    BurnBalanced,
+    /// `torch.utils.checkpoint` around every residual block (`pytorch` model, non-reentrant, as the
+    /// reference script calls it): a block keeps only its input, and backward reruns it.
+    Blocks,
+}
+
+impl Config {
+    pub fn recompute(&self) -> Recompute {
+        match (self.train.checkpointing, self.device.memory_model()) {
+            (false, _) => Recompute::Nothing,
+            (true, MemoryModel::Burn) => Recompute::BurnBalanced,
+            (true, MemoryModel::Pytorch) => Recompute::Blocks,
         }
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod arch;
 pub mod blocks;
+pub mod checkpoint;
 pub mod config;
 pub mod estimate;
 pub mod model;
@@ -13,7 +14,7 @@ pub mod train;
 pub use arch::{ids, Architecture, ModuleInfo, StageInfo};
 pub use config::{
     Backbone, Config, ConfigError, DataConfig, DeviceConfig, LossResolution, MemoryModel,
-    ModelConfig, Optimizer, Phase, Precision, TrainConfig,
+    ModelConfig, Optimizer, Phase, Precision, Recompute, TrainConfig,
 };
 pub use estimate::{Breakdown, MemoryEstimate, Resident, StageEstimate};
 pub use model::DeepLabV3Plus;

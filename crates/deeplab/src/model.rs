@@ -6,6 +6,7 @@
 use crate::arch::ids::{self, block};
 use crate::arch::Architecture;
 use crate::blocks::{bn, conv, run_conv, Block, Conv3x3, ConvBnRelu, Norm, NormKind};
+use crate::checkpoint::Segments;
 use crate::config::MemoryModel;
 use crate::pytorch::{as_dtype, dropout, PytorchOps};
 use burn::nn::attention::{MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
@@ -298,6 +299,8 @@ pub struct Output<B: Backend> {
     pub head: Head<B>,
     /// Auxiliary logits at the same resolution as the main logits, when the aux head ran.
     pub aux: Option<Tensor<B, 4>>,
+    /// What backward needs to recompute the checkpointed blocks, when every block is one.
+    pub segments: Option<Segments<B>>,
 }
 
 #[derive(Module, Debug)]
@@ -347,94 +350,148 @@ impl<B: PytorchOps> DeepLabV3Plus<B> {
         }
     }
 
+    /// Makes every parameter exist now: burn initialises them lazily, at first use, and a copy of
+    /// a module made before that (a checkpointed block's detached copy) would draw its own values.
+    pub fn materialize(&self) {
+        struct Touch;
+        impl<B: Backend> burn::module::ModuleVisitor<B> for Touch {
+            fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<Tensor<B, D>>) {
+                let _ = param.val();
+            }
+        }
+        self.visit(&mut Touch);
+    }
+
     /// The forward pass. `observe` is called with each stage id once its output exists (and with
     /// `aux_head` after the auxiliary head), so that a caller can read memory there.
     pub fn forward(&self, x: Tensor<B, 4>, observe: &mut dyn FnMut(&str)) -> Output<B> {
-        let arch = &self.arch;
-        let [_, _, h, w] = x.dims();
-        let mut stage = 0usize;
-        // Marks the end of a stage; true when the forward pass must stop here.
-        let mut done = |id: &str, observe: &mut dyn FnMut(&str)| {
-            debug_assert_eq!(arch.stages[stage].id, id);
-            observe(id);
-            let stop = arch.truncate == Some(stage);
-            stage += 1;
-            stop
+        let mut pass = Pass {
+            arch: &self.arch,
+            stage: 0,
+            observe,
+            segments: self.arch.checkpoint_blocks.then(Segments::new),
+            aux: None,
         };
+        let (head, aux_size) = self.stages(x, &mut pass);
+        Output {
+            head,
+            aux: pass.aux.map(|a| resize(a, aux_size)),
+            segments: pass.segments,
+        }
+    }
 
+    /// Every stage up to the truncation point: the head's output and the size the auxiliary logits
+    /// are brought to.
+    fn stages(&self, x: Tensor<B, 4>, pass: &mut Pass<'_, B>) -> (Head<B>, [usize; 2]) {
+        let [_, _, h, w] = x.dims();
         // Stem: [B, 3, H, W] -> [B, 64, H/4, W/4]
         let bb = &self.backbone;
-        let mut x = bb
+        let x = bb
             .maxpool
             .forward(bb.bn1.relu(bb.bn1.forward(run_conv(&bb.conv1, x))));
-        if done(ids::STEM, observe) {
-            return Output::truncated(x, None);
+        if pass.done(ids::STEM) {
+            return (Head::Truncated(x), [h, w]);
         }
-        let mut low = None;
-        let mut aux = None;
-        for (i, layer) in bb.layers.iter().enumerate() {
-            for (k, block) in layer.iter().enumerate() {
-                if let Some(block) = block {
-                    x = block.forward(x);
-                }
-                let id = ids::block(i, k);
-                let last = k + 1 == layer.len();
-                if i == 2 && last {
-                    if let Some(head) = &self.aux_head {
-                        if arch.aux_runs() {
-                            aux = Some(head.forward(x.clone()));
-                        }
-                    }
-                }
-                if done(&id, observe) {
-                    return Output::truncated(x, aux.map(|a| resize(a, [h, w])));
-                }
-                if aux.is_some() && i == 2 && last {
-                    observe(ids::AUX_HEAD);
-                }
-                if i == 0 && last {
-                    low = Some(x.clone());
-                }
-            }
-        }
+        let [mut x, low] = match self.layers(x, pass) {
+            Ok(outputs) => outputs,
+            Err(truncated) => return (Head::Truncated(truncated), [h, w]),
+        };
         // x: [B, 512·e, H/OS, W/OS]
         if let Some(aspp) = &self.aspp {
             x = aspp.forward(x);
         }
-        if done(ids::ASPP, observe) {
-            return Output::truncated(x, aux.map(|a| resize(a, [h, w])));
+        if pass.done(ids::ASPP) {
+            return (Head::Truncated(x), [h, w]);
         }
-        if arch.config.attention_heads > 0 {
+        if self.arch.config.attention_heads > 0 {
             if let Some(att) = &self.attention {
                 x = att.forward(x);
             }
-            if done(ids::ATTENTION, observe) {
-                return Output::truncated(x, aux.map(|a| resize(a, [h, w])));
+            if pass.done(ids::ATTENTION) {
+                return (Head::Truncated(x), [h, w]);
             }
         }
         // Decoder: [B, C, H/OS, W/OS] + layer1 [B, 64·e, H/4, W/4] -> [B, 256, H/4, W/4]
         if let Some(decoder) = &self.decoder {
-            x = decoder.forward(x, low.expect("layer1 ran"));
+            x = decoder.forward(x, low);
         }
-        let [_, _, lh, lw] = arch.stages.last().expect("classifier stage").shape;
-        if done(ids::DECODER, observe) {
-            return Output::truncated(x, aux.map(|a| resize(a, [lh, lw])));
+        let [_, _, lh, lw] = self.arch.stages.last().expect("classifier stage").shape;
+        if pass.done(ids::DECODER) {
+            return (Head::Truncated(x), [lh, lw]);
         }
         // Classifier: 1×1 conv to classes, then bilinear to the loss resolution.
         let logits = resize(run_conv(&self.classifier, x), [lh, lw]);
-        done(ids::CLASSIFIER, observe);
-        Output {
-            head: Head::Logits(logits),
-            aux: aux.map(|a| resize(a, [lh, lw])),
+        pass.done(ids::CLASSIFIER);
+        (Head::Logits(logits), [lh, lw])
+    }
+
+    /// layer1 … layer4 (and the auxiliary head on layer3): the backbone's output and layer1's (for
+    /// the decoder), or the output of the truncation stage.
+    fn layers(
+        &self,
+        mut x: Tensor<B, 4>,
+        pass: &mut Pass<'_, B>,
+    ) -> Result<[Tensor<B, 4>; 2], Tensor<B, 4>> {
+        let mut low = None;
+        for (i, layer) in self.backbone.layers.iter().enumerate() {
+            for (k, block) in layer.iter().enumerate() {
+                if let Some(block) = block {
+                    x = pass.block([i, k], block, x);
+                }
+                let last = k + 1 == layer.len();
+                if i == 2 && last && self.arch.aux_runs() {
+                    if let Some(head) = &self.aux_head {
+                        pass.aux = Some(head.forward(pass.tap(x.clone())));
+                    }
+                }
+                if pass.done(&ids::block(i, k)) {
+                    return Err(pass.tap(x));
+                }
+                if pass.aux.is_some() && i == 2 && last {
+                    (pass.observe)(ids::AUX_HEAD);
+                }
+                if i == 0 && last {
+                    low = Some(pass.tap(x.clone()));
+                }
+            }
         }
+        Ok([pass.tap(x), low.expect("layer1 ran")])
     }
 }
 
-impl<B: Backend> Output<B> {
-    fn truncated(x: Tensor<B, 4>, aux: Option<Tensor<B, 4>>) -> Self {
-        Output {
-            head: Head::Truncated(x),
-            aux,
+/// A forward pass in progress: the next stage, the observer, the chain of checkpointed blocks
+/// (when every block is a checkpoint segment) and the auxiliary head's output.
+struct Pass<'a, B: Backend> {
+    arch: &'a Architecture,
+    stage: usize,
+    observe: &'a mut dyn FnMut(&str),
+    segments: Option<Segments<B>>,
+    aux: Option<Tensor<B, 4>>,
+}
+
+impl<B: PytorchOps> Pass<'_, B> {
+    /// Marks the end of stage `id`; true when the forward pass stops here.
+    fn done(&mut self, id: &str) -> bool {
+        debug_assert_eq!(self.arch.stages[self.stage].id, id);
+        (self.observe)(id);
+        let stop = self.arch.truncate == Some(self.stage);
+        self.stage += 1;
+        stop
+    }
+
+    /// A residual block, checkpointed or not.
+    fn block(&mut self, at: [usize; 2], block: &Block<B>, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        match &mut self.segments {
+            Some(s) => s.run(at, block, x),
+            None => block.forward(x),
+        }
+    }
+
+    /// `x` from the backbone's blocks into the rest of the model (see [`Segments::tap`]).
+    fn tap(&mut self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        match &mut self.segments {
+            Some(s) => s.tap(x),
+            None => x,
         }
     }
 }

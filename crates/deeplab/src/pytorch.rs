@@ -60,6 +60,14 @@ pub trait PytorchOps: Backend {
     ) -> FloatTensor<Self> {
         prim(drop::<Self>(float(x), Tensor::from_primitive(keep), scale))
     }
+
+    /// A one-element root whose backward hands `y` the gradient `dy`, as
+    /// `torch.autograd.backward(y, dy)` does: checkpointing runs backward through one recomputed
+    /// segment from the gradient its output received, with nothing kept beyond `dy` itself.
+    fn backward_seed(y: FloatTensor<Self>, dy: FloatTensor<Self>) -> FloatTensor<Self> {
+        let _ = (y, dy);
+        unreachable!("backward_seed is only called on an autodiff backend")
+    }
 }
 
 impl PytorchOps for burn::backend::Flex {}
@@ -279,6 +287,37 @@ impl<B: Backend, C: CheckpointStrategy> PytorchOps for Autodiff<B, C> {
             OpsKind::UnTracked(prep) => prep.finish(prim(n.y)),
         };
         (y, stats.0, stats.1)
+    }
+
+    fn backward_seed(y: FloatTensor<Self>, dy: FloatTensor<Self>) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct Seed;
+        impl<B: Backend> Backward<B, 1> for Seed {
+            /// The gradient handed to the parent.
+            type State = FloatTensor<B>;
+            fn backward(
+                self,
+                ops: Ops<Self::State, 1>,
+                grads: &mut Gradients,
+                _: &mut Checkpointer,
+            ) {
+                // The root's own gradient (ones) is not needed.
+                let _ = grads.consume::<B>(&ops.node);
+                if let [Some(parent)] = ops.parents {
+                    grads.register::<B>(parent.id, ops.state);
+                }
+            }
+        }
+        let device = B::float_device(&y.primitive);
+        let root = B::float_zeros(Shape::new([1]), &device, burn::tensor::FloatDType::F32);
+        match Seed
+            .prepare::<C>([y.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish(dy.primitive, root),
+            OpsKind::UnTracked(prep) => prep.finish(root),
+        }
     }
 
     fn dropout_keeping_mask(

@@ -3,6 +3,7 @@
 //! that depends on all of it, so a step that silently did not happen cannot pass as one that did.
 
 use crate::arch::Architecture;
+use crate::checkpoint::Segments;
 use crate::config::{Config, Optimizer, Phase};
 use crate::model::{DeepLabV3Plus, Head, Output};
 use crate::pytorch::PytorchOps;
@@ -96,15 +97,8 @@ impl<B: AutodiffBackend + PytorchOps> Trainer<B> {
         let [h, w] = config.data.size;
         let b = config.data.batch;
         let model = DeepLabV3Plus::new(arch, device);
-        // burn initialises parameters lazily; make them exist now, so that memory read before the
-        // first step includes them.
-        struct Touch;
-        impl<B: Backend> burn::module::ModuleVisitor<B> for Touch {
-            fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<Tensor<B, D>>) {
-                let _ = param.val();
-            }
-        }
-        burn::module::Module::visit(&model, &mut Touch);
+        // So that memory read before the first step includes the parameters.
+        model.materialize();
         let t = &config.train;
         let optim = match t.optimizer {
             Optimizer::Sgd => Optim::Sgd(
@@ -203,7 +197,8 @@ impl<B: AutodiffBackend + PytorchOps> Trainer<B> {
     /// One training step, cut short by the phase. `at` is called at every measuring point.
     pub fn step(&mut self, at: &mut dyn FnMut(Point<'_>)) -> StepResult {
         let model = self.model.take().expect("model present between steps");
-        let out = model.forward(self.images.clone(), &mut |id| at(Point::Stage(id)));
+        let mut out = model.forward(self.images.clone(), &mut |id| at(Point::Stage(id)));
+        let segments = out.segments.take();
         let loss = self.loss(out);
         at(Point::Loss);
         match self.phase {
@@ -229,16 +224,12 @@ impl<B: AutodiffBackend + PytorchOps> Trainer<B> {
                 }
             }
             Phase::Backward | Phase::Step => {
-                let grads = loss.backward();
-                at(Point::Backward);
                 let loss_value = loss.clone().detach();
+                let grads = gradients(&model, loss, segments);
+                at(Point::Backward);
                 if self.phase == Phase::Backward {
-                    let g = model
-                        .backbone
-                        .conv1
-                        .weight
-                        .val()
-                        .grad(&grads)
+                    let g = grads
+                        .get::<B::InnerBackend, 4>(model.backbone.conv1.weight.id)
                         .map(|g| read_scalar(g.sum()))
                         .unwrap_or(f64::NAN);
                     let loss = read_scalar(loss_value.inner());
@@ -248,7 +239,6 @@ impl<B: AutodiffBackend + PytorchOps> Trainer<B> {
                         check: loss + g,
                     }
                 } else {
-                    let grads = GradientsParams::from_grads(grads, &model);
                     let model = match &mut self.optim {
                         Optim::Sgd(o) => o.step(self.lr, model, grads),
                         Optim::AdamW(o) => o.step(self.lr, model, grads),
@@ -264,6 +254,20 @@ impl<B: AutodiffBackend + PytorchOps> Trainer<B> {
                 }
             }
         }
+    }
+}
+
+/// The parameters' gradients of `loss`: one backward pass, or with checkpointed blocks the pass
+/// through the rest of the model and then each block recomputed ([`Segments::backward`]).
+fn gradients<B: AutodiffBackend + PytorchOps>(
+    model: &DeepLabV3Plus<B>,
+    loss: Tensor<B, 1>,
+    segments: Option<Segments<B>>,
+) -> GradientsParams {
+    let grads = loss.backward();
+    match segments {
+        Some(segments) => segments.backward(model, grads),
+        None => GradientsParams::from_grads(grads, model),
     }
 }
 

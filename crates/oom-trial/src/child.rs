@@ -14,7 +14,7 @@ use burn::backend::autodiff::checkpoint::strategy::BalancedCheckpointing;
 use burn::backend::{Autodiff, Flex};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::DType;
-use deeplab::{Config, Phase, Point, Precision, Trainer};
+use deeplab::{Config, Phase, Point, Precision, Recompute, Trainer};
 use std::io::Write;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -224,7 +224,7 @@ fn run(req: &Request) -> Result<()> {
             crate::alloc::set_limit(ceiling_bytes as usize);
             let device = Default::default();
             let mut meter = Meter::Cpu;
-            if config.train.checkpointing {
+            if config.recompute() == Recompute::BurnBalanced {
                 train::<Autodiff<Flex, BalancedCheckpointing>>(&config, &device, &mut meter, req)
             } else {
                 train::<Autodiff<Flex>>(&config, &device, &mut meter, req)
@@ -284,12 +284,15 @@ fn run_cuda(config: &Config, req: &Request) -> Result<()> {
         device: device.clone(),
         peak: 0,
     };
-    match (fusion, config.train.checkpointing) {
+    // Checkpointed blocks (the pytorch model) are the model's own doing; only burn's strategy is
+    // a backend of its own.
+    let balanced = config.recompute() == Recompute::BurnBalanced;
+    match (fusion, balanced) {
         (true, true) => {
             train::<Autodiff<Cuda, BalancedCheckpointing>>(config, &device, &mut meter, req)
         }
         (true, false) => train::<Autodiff<Cuda>>(config, &device, &mut meter, req),
-        (false, checkpointing) => train_unfused(config, &device, &mut meter, req, checkpointing),
+        (false, balanced) => train_unfused(config, &device, &mut meter, req, balanced),
     }
 }
 
@@ -307,9 +310,9 @@ fn train_unfused(
     device: &burn_cuda::CudaDevice,
     meter: &mut Meter,
     req: &Request,
-    checkpointing: bool,
+    balanced: bool,
 ) -> Result<()> {
-    match checkpointing {
+    match balanced {
         true => train::<Autodiff<Unfused, BalancedCheckpointing>>(config, device, meter, req),
         false => train::<Autodiff<Unfused>>(config, device, meter, req),
     }

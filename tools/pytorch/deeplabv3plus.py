@@ -3,8 +3,8 @@
 (crates/deeplab), built from the same TOML config, trained for `train.steps` real steps on CUDA (or
 the CPU with `--device cpu`). Every key of configs/README.md is honoured: identity swaps and
 `truncate_after` with the same module and stage ids, precision (`mixed-*` as autocast with fp32
-master weights, `f16`/`bf16` as the whole model in that type),
-checkpointing as torch.utils.checkpoint.
+master weights, `mixed-f16` with a GradScaler, `f16`/`bf16` as the whole model in that type),
+checkpointing as torch.utils.checkpoint around every residual block.
 
 As the trial of `oom-bisect bisect --exec 'python3 tools/pytorch/deeplabv3plus.py {config}'` (the
 config path may also come from $OOM_BISECT_CONFIG): oom-bisect holds the memory ceiling, and this
@@ -372,6 +372,8 @@ def train(c, args):
     y = torch.randint(0, m["classes"], (b, *size), device=dev)
     if t["premade_state"] and t["phase"] == "step":
         make_optimizer_state(opt)
+    # As PyTorch users run autocast in f16: dynamic loss scaling (it refuses pure f16 gradients).
+    scaler = torch.amp.GradScaler(dev, enabled=t["precision"] == "mixed-f16")
     mark = Marks(args.marks, dev)
     cuda = dev == "cuda"
     if cuda:
@@ -384,11 +386,12 @@ def train(c, args):
         mark("loss")
         if t["phase"] != "forward":
             mark.phase = "backward"
-            loss.backward()
+            scaler.scale(loss).backward()
             mark("backward")
         if t["phase"] == "step":
             mark.phase = "step"
-            opt.step()
+            scaler.step(opt)
+            scaler.update()
             mark("optimizer")
         opt.zero_grad(set_to_none=True)
         if cuda:

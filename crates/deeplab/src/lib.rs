@@ -9,6 +9,7 @@ pub mod config;
 pub mod estimate;
 pub mod model;
 pub mod pytorch;
+pub mod scaler;
 pub mod train;
 
 pub use arch::{ids, Architecture, ModuleInfo, StageInfo};

@@ -123,6 +123,9 @@ fn channel_mean<B: Backend>(t: Tensor<B, 4>) -> Tensor<B, 1> {
     t.mean_dim(0).mean_dim(2).mean_dim(3).reshape([c])
 }
 
+/// The precision BatchNorm's statistics are accumulated and kept in.
+const STATS: burn::tensor::DType = burn::tensor::DType::F32;
+
 /// What the forward pass of training BatchNorm computes.
 struct Norm<B: Backend> {
     y: Tensor<B, 4>,
@@ -145,9 +148,10 @@ pub(crate) fn as_dtype<B: Backend, const D: usize>(
 /// Written so that at most one input-sized temporary lives beside the input and the output (the
 /// squared deviations while they are summed), as PyTorch's fused kernel holds none.
 ///
-/// Under autocast (`x` in a lower precision than `gamma`) the statistics and the normalisation are
-/// computed in `gamma`'s f32 from a transient copy of `x`, as cuDNN's BatchNorm computes internally,
-/// and `y` returns in `x`'s precision; backward keeps `x` itself.
+/// In a lower precision (autocast, or pure f16/bf16) the statistics and the normalisation are
+/// computed in f32 from a transient copy of `x`, as PyTorch's BatchNorm kernels accumulate in f32
+/// whatever the input's precision, and `y` returns in `x`'s precision; backward keeps `x` itself.
+/// The statistics stay in f32.
 fn norm_forward<B: Backend>(
     x: Tensor<B, 4>,
     gamma: Tensor<B, 1>,
@@ -155,7 +159,8 @@ fn norm_forward<B: Backend>(
     epsilon: f64,
 ) -> Norm<B> {
     let low = x.dtype();
-    let x = as_dtype(x, gamma.dtype());
+    let x = as_dtype(x, STATS);
+    let (gamma, beta) = (as_dtype(gamma, STATS), as_dtype(beta, STATS));
     let mean = channel_mean(x.clone());
     let var = channel_mean((x.clone() - per_channel(mean.clone())).powi_scalar(2));
     let invstd = var.clone().add_scalar(epsilon).sqrt().recip();
@@ -181,9 +186,13 @@ fn norm_backward<B: Backend>(
     dy: Tensor<B, 4>,
 ) -> (Tensor<B, 4>, Tensor<B, 1>, Tensor<B, 1>) {
     let [mean, invstd, gamma] = stats;
-    // Under autocast, in the statistics' f32 (see `norm_forward`); dx in the input's precision.
-    let low = x.dtype();
-    let (x, dy) = (as_dtype(x, gamma.dtype()), as_dtype(dy, gamma.dtype()));
+    // In f32, as the statistics (see `norm_forward`); each gradient in its tensor's precision.
+    let (low, weights) = (x.dtype(), gamma.dtype());
+    let (x, dy, gamma) = (
+        as_dtype(x, STATS),
+        as_dtype(dy, STATS),
+        as_dtype(gamma, STATS),
+    );
     let [n, _, h, w] = x.dims();
     let count = (n * h * w) as f64;
     // Per-channel means of dy and dy·(x − μ): dβ and dγ divided by the pixel count.
@@ -200,7 +209,7 @@ fn norm_backward<B: Backend>(
         low,
     );
     let (dgamma, dbeta) = (dyx_mean.mul_scalar(count), dy_mean.mul_scalar(count));
-    (dx, dgamma, dbeta)
+    (dx, as_dtype(dgamma, weights), as_dtype(dbeta, weights))
 }
 
 fn drop<B: Backend>(x: Tensor<B, 4>, keep: Tensor<B, 4, Bool>, scale: f64) -> Tensor<B, 4> {
@@ -446,5 +455,34 @@ mod f16_tests {
         let dx = x.grad(&grads).unwrap().cast(DType::F32);
         let finite: bool = dx.clone().is_finite().all().into_scalar();
         assert!(finite, "{dx}");
+    }
+
+    /// Pure f16: the statistics come out in f32 (as PyTorch's kernels accumulate), the output and
+    /// every gradient in its own tensor's f16.
+    #[test]
+    fn batch_norm_statistics_are_f32_in_f16() {
+        type A = Autodiff<Flex>;
+        let device = Default::default();
+        let f16 = |t: Tensor<A, 4>| t.cast(DType::F16).require_grad();
+        let x = f16(Tensor::random(
+            [2, 3, 4, 4],
+            Distribution::Normal(3.0, 2.0),
+            &device,
+        ));
+        let gamma = Tensor::<A, 1>::ones([3], &device)
+            .cast(DType::F16)
+            .require_grad();
+        let beta = Tensor::<A, 1>::zeros([3], &device)
+            .cast(DType::F16)
+            .require_grad();
+        let (y, mean, var) =
+            A::batch_norm_train(prim(x.clone()), prim(gamma.clone()), prim(beta), 1e-5);
+        let (mean, var): (Tensor<A, 1>, Tensor<A, 1>) = (float(mean), float(var));
+        assert_eq!((mean.dtype(), var.dtype()), (DType::F32, DType::F32));
+        let y: Tensor<A, 4> = float(y);
+        assert_eq!(y.dtype(), DType::F16);
+        let grads = y.powi_scalar(2).sum().backward();
+        assert_eq!(x.grad(&grads).unwrap().dtype(), DType::F16);
+        assert_eq!(gamma.grad(&grads).unwrap().dtype(), DType::F16);
     }
 }

@@ -1,12 +1,14 @@
 //! One real training step: forward, pixel-wise cross-entropy (plus the auxiliary loss), backward, and
-//! an SGD-momentum or AdamW update, cut short according to the phase. Each step reads back one value
+//! an SGD-momentum or AdamW update (under mixed f16 with `GradScaler`'s loss scaling:
+//! [`crate::scaler`]), cut short according to the phase. Each step reads back one value
 //! that depends on all of it, so a step that silently did not happen cannot pass as one that did.
 
 use crate::arch::Architecture;
 use crate::checkpoint::Segments;
-use crate::config::{Config, Optimizer, Phase};
+use crate::config::{Config, Optimizer, Phase, Precision};
 use crate::model::{DeepLabV3Plus, Head, Output};
 use crate::pytorch::PytorchOps;
+use crate::scaler::LossScale;
 use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::decay::WeightDecayConfig;
@@ -56,6 +58,37 @@ enum Optim<B: AutodiffBackend + PytorchOps> {
     AdamW(OptimizerAdaptor<AdamW, DeepLabV3Plus<B>, B>),
 }
 
+impl<B: AutodiffBackend + PytorchOps> Optim<B> {
+    fn step(
+        &mut self,
+        lr: f64,
+        model: DeepLabV3Plus<B>,
+        grads: GradientsParams,
+    ) -> DeepLabV3Plus<B> {
+        match self {
+            Optim::Sgd(o) => o.step(lr, model, grads),
+            Optim::AdamW(o) => o.step(lr, model, grads),
+        }
+    }
+
+    /// See [`Trainer::make_optimizer_state`].
+    fn make_state(&mut self, model: DeepLabV3Plus<B>) -> DeepLabV3Plus<B> {
+        struct Zeros(GradientsParams);
+        impl<B: AutodiffBackend> burn::module::ModuleVisitor<B> for Zeros {
+            fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<Tensor<B, D>>) {
+                let value = param.val();
+                // BatchNorm's running statistics are visited too; they are not trained.
+                if value.is_require_grad() {
+                    self.0.register(param.id, value.inner().zeros_like());
+                }
+            }
+        }
+        let mut zeros = Zeros(GradientsParams::new());
+        burn::module::Module::visit(&model, &mut zeros);
+        self.step(0.0, model, zeros.0)
+    }
+}
+
 /// The points of a step at which the caller may read memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Point<'a> {
@@ -88,6 +121,10 @@ pub struct Trainer<B: AutodiffBackend + PytorchOps> {
     lr: f64,
     /// Mixed precision: f32 weights, activations in a lower precision, the loss in f32.
     autocast: bool,
+    /// Dynamic loss scaling (mixed f16, as with PyTorch's `GradScaler`).
+    scaler: Option<LossScale>,
+    /// The optimizer's state exists (an update ran, or was made up front).
+    updated: bool,
 }
 
 impl<B: AutodiffBackend + PytorchOps> Trainer<B> {
@@ -140,9 +177,12 @@ impl<B: AutodiffBackend + PytorchOps> Trainer<B> {
             phase: t.phase,
             lr: t.learning_rate,
             autocast: t.precision.autocast().is_some(),
+            scaler: (t.precision == Precision::MixedF16).then(LossScale::new),
+            updated: false,
         };
         if t.premade_state && t.phase == Phase::Step {
             trainer.make_optimizer_state();
+            trainer.updated = true;
         }
         Ok(trainer)
     }
@@ -151,24 +191,25 @@ impl<B: AutodiffBackend + PytorchOps> Trainer<B> {
     /// rate: the parameters stay as they are (weight decay is scaled by the rate too), and the
     /// optimizer's state exists with its final shapes, as after a first real step.
     pub fn make_optimizer_state(&mut self) {
-        struct Zeros(GradientsParams);
-        impl<B: AutodiffBackend> burn::module::ModuleVisitor<B> for Zeros {
-            fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<Tensor<B, D>>) {
-                let value = param.val();
-                // BatchNorm's running statistics are visited too; they are not trained.
-                if value.is_require_grad() {
-                    self.0.register(param.id, value.inner().zeros_like());
-                }
-            }
-        }
         let model = self.model.take().expect("model present between steps");
-        let mut zeros = Zeros(GradientsParams::new());
-        burn::module::Module::visit(&model, &mut zeros);
-        let model = match &mut self.optim {
-            Optim::Sgd(o) => o.step(0.0, model, zeros.0),
-            Optim::AdamW(o) => o.step(0.0, model, zeros.0),
+        self.model = Some(self.optim.make_state(model));
+    }
+
+    /// The optimizer's update, unless the loss scaler skips the step (gradients not finite). A
+    /// skipped step before any update still makes the optimizer's state, so that the memory of a
+    /// short trial is that of the run, whose later steps hold it.
+    fn update(&mut self, model: DeepLabV3Plus<B>, grads: GradientsParams) -> DeepLabV3Plus<B> {
+        let grads = match &mut self.scaler {
+            Some(s) => s.unscale(&model, grads),
+            None => Some(grads),
         };
-        self.model = Some(model);
+        let model = match grads {
+            Some(grads) => self.optim.step(self.lr, model, grads),
+            None if self.updated => model,
+            None => self.optim.make_state(model),
+        };
+        self.updated = true;
+        model
     }
 
     pub fn model(&self) -> &DeepLabV3Plus<B> {
@@ -225,7 +266,11 @@ impl<B: AutodiffBackend + PytorchOps> Trainer<B> {
             }
             Phase::Backward | Phase::Step => {
                 let loss_value = loss.clone().detach();
-                let grads = gradients(&model, loss, segments);
+                let scaled = match &self.scaler {
+                    Some(s) => loss.mul_scalar(s.scale()),
+                    None => loss,
+                };
+                let grads = gradients(&model, scaled, segments);
                 at(Point::Backward);
                 if self.phase == Phase::Backward {
                     let g = grads
@@ -239,10 +284,7 @@ impl<B: AutodiffBackend + PytorchOps> Trainer<B> {
                         check: loss + g,
                     }
                 } else {
-                    let model = match &mut self.optim {
-                        Optim::Sgd(o) => o.step(self.lr, model, grads),
-                        Optim::AdamW(o) => o.step(self.lr, model, grads),
-                    };
+                    let model = self.update(model, grads);
                     at(Point::Optimizer);
                     let w = read_scalar(model.backbone.conv1.weight.val().inner().sum());
                     let loss = read_scalar(loss_value.inner());

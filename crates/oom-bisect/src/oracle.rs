@@ -27,6 +27,9 @@ pub fn request(config: &Config, device: &DeviceSettings, fault: Option<Fault>) -
     }
 }
 
+/// How a fit whose numbers diverged begins its note (see [`TrialReport::diverged`]).
+pub const DIVERGED: &str = "the loss diverged";
+
 /// The search's view of a trial report.
 pub fn measurement(r: &TrialReport) -> Measurement {
     let outcome = match r.outcome {
@@ -34,9 +37,10 @@ pub fn measurement(r: &TrialReport) -> Measurement {
         TrialOutcome::Oom => Outcome::Oom,
         TrialOutcome::Error | TrialOutcome::Timeout => Outcome::Inconclusive,
     };
-    let note = match (&r.oom, &r.error) {
-        (Some(o), _) => format!("out of memory {o}"),
-        (None, Some(e)) => format!("{}: {e}", r.outcome.name()),
+    let note = match (&r.oom, &r.error, &r.diverged) {
+        (Some(o), _, _) => format!("out of memory {o}"),
+        (None, Some(e), _) => format!("{}: {e}", r.outcome.name()),
+        (None, None, Some(d)) => format!("{DIVERGED}: {d}"),
         _ => String::new(),
     };
     Measurement {

@@ -1,7 +1,7 @@
 //! The trial report: assembled from what the child left behind (its events, how it ended, its
 //! stderr) and classified exactly once. The order of precedence: an allocation failure anywhere is
-//! `oom`; any other panic is `error`; then the way the process ended; `fits` only with a finite value
-//! read back after the last step.
+//! `oom`; any other panic is `error`; then the way the process ended; `fits` only with a value
+//! read back after the last step (a non-finite one is a measured run that diverged: `diverged`).
 
 use crate::classify::{classify_message, classify_output, in_use_at_failure, MessageKind};
 use crate::protocol::{exit, BackendKind, ChildEvent, Exited, Location};
@@ -116,6 +116,11 @@ pub struct TrialReport {
     /// largest resident set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_source: Option<String>,
+    /// The steps ran and were measured, but their numbers left the float range (a loss or the
+    /// value read back was NaN or infinite, as pure f16 does): how. The outcome is still the
+    /// memory's verdict; the report says the training itself would not have learned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diverged: Option<String>,
 }
 
 impl TrialReport {
@@ -158,6 +163,7 @@ impl TrialReport {
             built_seconds: None,
             place: None,
             peak_source: None,
+            diverged: None,
         }
     }
 }
@@ -346,6 +352,18 @@ fn classify(r: &mut TrialReport, t: Trace, exit: ChildExit, stderr: &str) {
     let (outcome, error) = by_exit(exit, t.done, t.last_at, stderr, r.wall_seconds);
     r.outcome = outcome;
     r.error = error;
+    if let (TrialOutcome::Fits, Some(check)) = (outcome, t.done) {
+        r.diverged = divergence(&r.steps, check);
+    }
+}
+
+/// How a measured run's numbers diverged, if they did: from the first step whose loss was not
+/// finite, else from the value read back after the last step.
+fn divergence(steps: &[StepRecord], check: f64) -> Option<String> {
+    if let Some(s) = steps.iter().find(|s| !s.loss.is_finite()) {
+        return Some(format!("the loss was {} in step {}", s.loss, s.step + 1));
+    }
+    (!check.is_finite()).then(|| format!("the value read back after the last step was {check}"))
 }
 
 /// A `--exec` command: exit 0 fits; a failure whose message (the last failure line of its output,
@@ -439,10 +457,9 @@ fn by_exit(
             tail(stderr)
         )),
         ChildExit::Code(code) => match done {
-            Some(check) if code == exit::FITS && check.is_finite() => (TrialOutcome::Fits, None),
-            Some(check) if code == exit::FITS => {
-                error(format!("the step read back a non-finite value ({check})"))
-            }
+            // The value read back proves the steps ran; a non-finite one (diverged numbers) is
+            // still a measured run, and `divergence` says so.
+            Some(_) if code == exit::FITS => (TrialOutcome::Fits, None),
             _ => error(format!(
                 "the trial process exited with code {code} without a result{}",
                 tail(stderr)
@@ -476,5 +493,53 @@ impl std::fmt::Display for OomInfo {
             write!(f, " allocating {}", crate::fmt_bytes(b))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(losses: &[f64], check: f64) -> TrialReport {
+        let mut events: Vec<ChildEvent> = losses
+            .iter()
+            .enumerate()
+            .map(|(step, &loss)| ChildEvent::Step {
+                step,
+                seconds: 1.0,
+                in_use_bytes: 1 << 20,
+                loss,
+            })
+            .collect();
+        events.push(ChildEvent::Done {
+            check,
+            peak_bytes: 2 << 20,
+            peak_in_use_bytes: 1 << 20,
+        });
+        assemble(&events, ChildExit::Code(exit::FITS), "", 2.0)
+    }
+
+    /// A run whose numbers left the float range was still run and measured: its memory's verdict
+    /// stands, and the report says how it diverged.
+    #[test]
+    fn a_diverged_run_is_a_measured_fit() {
+        let r = run(&[1.5, f64::NAN], f64::NAN);
+        assert_eq!(r.outcome, TrialOutcome::Fits, "{r:?}");
+        assert_eq!(r.peak_bytes, Some(2 << 20));
+        assert_eq!(r.diverged.as_deref(), Some("the loss was NaN in step 2"));
+        let r = run(&[1.5, 1.4], f64::INFINITY);
+        assert_eq!(r.outcome, TrialOutcome::Fits);
+        assert!(r.diverged.unwrap().contains("inf"));
+        let r = run(&[1.5, 1.4], 3.0);
+        assert_eq!((r.outcome, r.diverged), (TrialOutcome::Fits, None));
+        // Without the value read back, the steps are not known to have run.
+        let events = [ChildEvent::Step {
+            step: 0,
+            seconds: 1.0,
+            in_use_bytes: 1,
+            loss: 1.0,
+        }];
+        let r = assemble(&events, ChildExit::Code(exit::FITS), "", 2.0);
+        assert_eq!(r.outcome, TrialOutcome::Error);
     }
 }

@@ -190,6 +190,7 @@ fn what_fits(d: &Diagnosis) -> Vec<String> {
                 .join("; ")
         )],
     };
+    out.extend(fits.iter().filter_map(|f| diverged(f)));
     if let Some(ModulesVerdict::Culprits {
         items, measurement, ..
     }) = &d.modules
@@ -201,6 +202,27 @@ fn what_fits(d: &Diagnosis) -> Vec<String> {
         ));
     }
     out
+}
+
+/// For a fix that fits in memory although its numbers diverged: what that means and what users of
+/// the framework do about it.
+fn diverged(f: &FixResult) -> Option<String> {
+    let note = &f.measurement.note;
+    let how = note
+        .strip_prefix(crate::oracle::DIVERGED)?
+        .trim_start_matches(": ");
+    let remedy = match kinds::FixKind::of(&f.change) {
+        Some(kinds::FixKind::PureF16) => {
+            " PyTorch users train in f16 with autocast and a GradScaler \
+             (`train.precision = \"mixed-f16\"`), which keeps f32 master weights."
+        }
+        _ => "",
+    };
+    Some(format!(
+        "{} fits in memory, but its numbers diverged ({how}): the steps ran and were measured, \
+         the training would not learn.{remedy}",
+        f.change
+    ))
 }
 
 /// `(last fit, first OOM)` labels of the axis of `kind`, when it has a boundary.
@@ -290,4 +312,37 @@ fn not_configured(c: &deeplab::Config) -> Vec<String> {
         out.push("recomputation (checkpointing is already on)".into());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oom_search::{Candidate, Measurement};
+
+    fn fix(change: &str, note: &str) -> FixResult {
+        let mut measurement = Measurement::new(Outcome::Fits);
+        measurement.peak_bytes = Some(18 << 30);
+        measurement.note = note.into();
+        FixResult {
+            change: change.into(),
+            candidate: Candidate::original(),
+            measurement,
+        }
+    }
+
+    /// A fix that fits although its loss diverged is said to fit in memory, with how it diverged
+    /// and, for pure f16, what PyTorch users run instead.
+    #[test]
+    fn a_diverged_fit_says_what_diverged_and_what_users_do() {
+        let note = format!("{}: the loss was NaN in step 2", crate::oracle::DIVERGED);
+        let s = diverged(&fix("pure f16", &note)).unwrap();
+        assert!(s.starts_with("pure f16 fits in memory"), "{s}");
+        assert!(
+            s.contains("(the loss was NaN in step 2)") && s.contains("mixed-f16"),
+            "{s}"
+        );
+        let s = diverged(&fix("pure bf16", &note)).unwrap();
+        assert!(!s.contains("mixed-f16"), "{s}");
+        assert_eq!(diverged(&fix("pure f16", "")), None);
+    }
 }

@@ -59,7 +59,10 @@ pub fn outcome_word(o: oom_search::Outcome) -> &'static str {
 pub fn outcome_cell(m: &oom_search::Measurement) -> String {
     use oom_search::Outcome;
     match (m.outcome, m.peak_bytes) {
-        (Outcome::Fits, Some(p)) => format!("fits   peak {}", oom_trial::fmt_bytes(p)),
+        (Outcome::Fits, Some(p)) if m.note.is_empty() => {
+            format!("fits   peak {}", oom_trial::fmt_bytes(p))
+        }
+        (Outcome::Fits, Some(p)) => format!("fits   peak {} ({})", oom_trial::fmt_bytes(p), m.note),
         (Outcome::Inconclusive, _) => format!("??     {}", m.note),
         (o, _) => outcome_word(o).to_string(),
     }

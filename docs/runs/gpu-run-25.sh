@@ -3,7 +3,8 @@
 # with the PyTorch reference under the same 24 GiB ceiling, then the forum diagnosis with both.
 #   PART=a  trials: the built-in model (ballast) and tools/pytorch/deeplabv3plus.py, 2 steps each;
 #           a built-in trial that runs out of memory is repeated under 80 GiB for its need.
-#   PART=b  the forum diagnosis (bench, cap, warm kernel cache from .gpu/kc.tar.gz).
+#   PART=b  after BatchNorm's f32 accumulation without input-sized copies: f16 and mixed f16 again,
+#           then the forum diagnosis (bench, cap, warm kernel cache from .gpu/kc.tar.gz).
 # Results: $OUT/run25$PART.tar.gz.
 set -uf
 PART=${PART:-a}
@@ -50,8 +51,10 @@ r50ckpt $R50 train.checkpointing=true data.batch=24
 ckpt_b3 $FORUM train.checkpointing=true data.batch=3
 LIST
 else
+  side f16 $FORUM train.precision="f16"
+  side mf16 $FORUM train.precision="mixed-f16"
   s0=$SECONDS
-  timeout 470 $B bench --backend cuda --fresh --journal /tmp/j-forum --json $R/forum.json \
+  timeout 420 $B bench --backend cuda --fresh --journal /tmp/j-forum --json $R/forum.json \
     --config $FORUM --ceiling-by cap > $R/forum.txt 2> $R/forum.progress.txt
   log "forum rc=$? secs=$((SECONDS - s0))"
   cp /tmp/j-forum/*.jsonl $R/forum.journal.jsonl 2>/dev/null

@@ -116,11 +116,17 @@ fn per_channel<B: Backend>(t: Tensor<B, 1>) -> Tensor<B, 4> {
     t.reshape([1, c, 1, 1])
 }
 
-/// Mean over batch and pixels, `[N, C, H, W]` to `[C]`: a mean of means over equal groups, so that
-/// no partial sum leaves the range of f16 (65504), as a sum over 64k pixels would.
+/// Mean over batch and pixels, `[N, C, H, W]` to `[C]`, accumulated in f32 ([`STATS`]) whatever
+/// `t`'s precision, as PyTorch's BatchNorm kernels accumulate: the mean over the batch (a few values)
+/// in `t`'s precision, then over the pixels in f32, from a copy N times smaller than `t` (PyTorch's
+/// kernels hold none). A mean of means over equal groups, so that no partial sum leaves the range of
+/// f16 (65504), as a sum over 64k pixels would.
 fn channel_mean<B: Backend>(t: Tensor<B, 4>) -> Tensor<B, 1> {
     let c = t.dims()[1];
-    t.mean_dim(0).mean_dim(2).mean_dim(3).reshape([c])
+    as_dtype(t.mean_dim(0), STATS)
+        .mean_dim(2)
+        .mean_dim(3)
+        .reshape([c])
 }
 
 /// The precision BatchNorm's statistics are accumulated and kept in.
@@ -148,10 +154,10 @@ pub(crate) fn as_dtype<B: Backend, const D: usize>(
 /// Written so that at most one input-sized temporary lives beside the input and the output (the
 /// squared deviations while they are summed), as PyTorch's fused kernel holds none.
 ///
-/// In a lower precision (autocast, or pure f16/bf16) the statistics and the normalisation are
-/// computed in f32 from a transient copy of `x`, as PyTorch's BatchNorm kernels accumulate in f32
-/// whatever the input's precision, and `y` returns in `x`'s precision; backward keeps `x` itself.
-/// The statistics stay in f32.
+/// The statistics are accumulated and kept in f32 whatever `x`'s precision (autocast, or pure
+/// f16/bf16), as PyTorch's kernels accumulate them; the elementwise normalisation runs in `x`'s
+/// precision with the per-channel scale and shift brought to it, so that no input-sized f32 copy
+/// exists (PyTorch's kernels hold none).
 fn norm_forward<B: Backend>(
     x: Tensor<B, 4>,
     gamma: Tensor<B, 1>,
@@ -159,14 +165,13 @@ fn norm_forward<B: Backend>(
     epsilon: f64,
 ) -> Norm<B> {
     let low = x.dtype();
-    let x = as_dtype(x, STATS);
     let (gamma, beta) = (as_dtype(gamma, STATS), as_dtype(beta, STATS));
     let mean = channel_mean(x.clone());
-    let var = channel_mean((x.clone() - per_channel(mean.clone())).powi_scalar(2));
+    let var = channel_mean((x.clone() - per_channel(as_dtype(mean.clone(), low))).powi_scalar(2));
     let invstd = var.clone().add_scalar(epsilon).sqrt().recip();
     let scale = invstd.clone() * gamma;
     let shift = beta - mean.clone() * scale.clone();
-    let y = as_dtype(x * per_channel(scale) + per_channel(shift), low);
+    let y = x * per_channel(as_dtype(scale, low)) + per_channel(as_dtype(shift, low));
     Norm {
         y,
         mean,
@@ -186,28 +191,23 @@ fn norm_backward<B: Backend>(
     dy: Tensor<B, 4>,
 ) -> (Tensor<B, 4>, Tensor<B, 1>, Tensor<B, 1>) {
     let [mean, invstd, gamma] = stats;
-    // In f32, as the statistics (see `norm_forward`); each gradient in its tensor's precision.
+    // The per-channel sums in f32, as the statistics (see `norm_forward`); the elementwise terms
+    // in `x`'s precision; each gradient in its tensor's precision.
     let (low, weights) = (x.dtype(), gamma.dtype());
-    let (x, dy, gamma) = (
-        as_dtype(x, STATS),
-        as_dtype(dy, STATS),
-        as_dtype(gamma, STATS),
-    );
+    let gamma = as_dtype(gamma, STATS);
     let [n, _, h, w] = x.dims();
     let count = (n * h * w) as f64;
     // Per-channel means of dy and dy·(x − μ): dβ and dγ divided by the pixel count.
     let dy_mean = channel_mean(dy.clone());
-    let dyx_mean =
-        channel_mean((x.clone() - per_channel(mean.clone())) * dy.clone()) * invstd.clone();
+    let centred = x.clone() - per_channel(as_dtype(mean.clone(), low));
+    let dyx_mean = channel_mean(centred * dy.clone()) * invstd.clone();
     let a = gamma * invstd.clone();
     // σ⁻¹·mean(dy·x̂) before γσ⁻¹: γσ⁻² alone leaves f16's range when a channel's variance is tiny
     // (the ASPP's image pooling sees 4 values per channel at batch 4).
     let b = -(a.clone() * (invstd * dyx_mean.clone()));
     let c = -(a.clone() * dy_mean.clone()) - b.clone() * mean;
-    let dx = as_dtype(
-        dy * per_channel(a) + x * per_channel(b) + per_channel(c),
-        low,
-    );
+    let to_low = |t: Tensor<B, 1>| per_channel(as_dtype(t, low));
+    let dx = dy * to_low(a) + x * to_low(b) + to_low(c);
     let (dgamma, dbeta) = (dyx_mean.mul_scalar(count), dy_mean.mul_scalar(count));
     (dx, as_dtype(dgamma, weights), as_dtype(dbeta, weights))
 }

@@ -286,6 +286,44 @@ def parse_bytes(s):
     return int(s)
 
 
+def own_context_bytes():
+    """Device memory this process holds, as NVML's per-process figure (the CUDA context, loaded
+    modules and the allocator's segments), read through libnvidia-ml with ctypes."""
+    import ctypes
+
+    class Process(ctypes.Structure):
+        _fields_ = [("pid", ctypes.c_uint), ("used", ctypes.c_ulonglong),
+                    ("gi", ctypes.c_uint), ("ci", ctypes.c_uint)]
+
+    nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    nvml.nvmlInit_v2()
+    handle = ctypes.c_void_p()
+    index = torch.cuda.current_device()
+    nvml.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(handle))
+    count, procs = ctypes.c_uint(64), (Process * 64)()
+    rc = nvml.nvmlDeviceGetComputeRunningProcesses_v3(handle, ctypes.byref(count), procs)
+    if rc != 0:
+        raise RuntimeError(f"NVML could not list the device's processes (error {rc})")
+    mine = [p.used for p in procs[: count.value] if p.pid == os.getpid()]
+    if not mine:
+        raise RuntimeError("NVML does not list this process on the device")
+    return mine[0]
+
+
+def cap(limit):
+    """Holds `limit` bytes, context included, inside this process: the caching allocator may reserve
+    the limit less what the process already holds (measured, not assumed), so that several runs can
+    share one card (oom-bisect's `--ceiling-by cap`). Returns 0 (no ballast)."""
+    torch.cuda.init()
+    torch.zeros(1, device="cuda")  # the context exists from here on
+    # NVML's index is CUDA's where no CUDA_VISIBLE_DEVICES reorders them (as on oom-bisect's runs).
+    held = own_context_bytes() - torch.cuda.memory_reserved()
+    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    torch.cuda.set_per_process_memory_fraction(max(limit - held, 0) / total)
+    emit(context_bytes=held)
+    return None, 0
+
+
 def ballast(limit):
     """Fills the card so that `limit` bytes are usable, context included; returns the ballast's size."""
     torch.cuda.init()
@@ -418,6 +456,10 @@ def arguments():
     p.add_argument("--params", action="store_true", help="print the parameter count and stop")
     p.add_argument("--modules", action="store_true",
                    help="print the parameters per module id (as `oom-bisect inspect`) and stop")
+    p.add_argument("--cap", action="store_true",
+                   help="hold --memory-limit inside this process (PyTorch's per-process memory "
+                   "fraction, the context measured by NVML) instead of a ballast, so that runs "
+                   "can share a card")
     p.add_argument("--fused-attention", action="store_true",
                    help="attention through PyTorch's fused kernels (need_weights=False)")
     args = p.parse_args()
@@ -439,7 +481,8 @@ def main():
         print(f"deeplabv3plus.py: {e}", file=sys.stderr)
         return EXIT_UNSUPPORTED
     limit = args.memory_limit and args.device == "cuda"
-    hold, args.ballast = ballast(parse_bytes(args.memory_limit)) if limit else (None, 0)
+    hold_by = cap if args.cap else ballast
+    hold, args.ballast = hold_by(parse_bytes(args.memory_limit)) if limit else (None, 0)
     try:
         train(c, args)
     except Unsupported as e:

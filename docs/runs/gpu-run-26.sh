@@ -9,7 +9,7 @@ export OOM_BISECT_KERNEL_CACHE=/tmp/kc
 R=/tmp/run26 && mkdir -p $R
 # Preflight: the reference's in-process ceiling works, or nothing else runs.
 timeout 60 python3 tools/pytorch/deeplabv3plus.py configs/deeplabv3plus-r50-os8.toml \
-  --set data.batch=1 --set data.size=[128,128] --memory-limit 24GiB --cap > $R/preflight.jsonl \
+  --set data.batch=2 --set data.size=[128,128] --memory-limit 24GiB --cap > $R/preflight.jsonl \
   2> $R/preflight.err || { echo "preflight failed"; tail -5 $R/preflight.err; tar -C /tmp -czf $OUT/run26.tar.gz run26; exit 1; }
 head -1 $R/preflight.jsonl
 s0=$SECONDS

@@ -131,12 +131,14 @@ def main():
                 jobs[(n, "burn")] = pool.submit(burn, args.bin, args.out, n, c, s)
                 jobs[(n, "pt")] = pool.submit(pytorch, args.out, n, c, s)
             results = {k: f.result() for k, f in jobs.items()}
-    rows, agree = [], 0
+    rows, agree, compared = [], 0, 0
     with open(os.path.join(args.out, "sweep.jsonl"), "w") as f:
         for n, c, s in cands:
             b, t = results[(n, "burn")], results[(n, "pt")]
-            same = b["outcome"] == t["outcome"]
+            conclusive = {b["outcome"], t["outcome"]} <= {"fits", "oom"}
+            same = conclusive and b["outcome"] == t["outcome"]
             agree += same
+            compared += conclusive
             f.write(json.dumps({"name": n, "config": c, "sets": s, "burn": b, "pytorch": t}) + "\n")
             note = " (diverged)" if b.get("diverged") else ""
             rows.append(f"| {n} | `{' '.join(s)}` | {b['outcome']} {gib(b.get('peak'))}{note} "
@@ -144,7 +146,8 @@ def main():
     print("| candidate | sets | built-in (GiB) | PyTorch (GiB) | agree |")
     print("|---|---|---|---|---|")
     print("\n".join(rows))
-    print(f"\n{agree} of {len(cands)} agree ({100 * agree / len(cands):.0f}%)")
+    print(f"\n{agree} of {len(cands)} agree ({100 * agree / len(cands):.0f}%); "
+          f"{len(cands) - compared} without an outcome on both sides")
 
 
 if __name__ == "__main__":

@@ -38,7 +38,8 @@ import torch.nn.functional as F
 # Keys of configs/README.md this script honours; the others (device.*) are oom-bisect's own.
 HONOURED = {
     "model": {"backbone", "output_stride", "classes", "aspp_rates", "aspp_channels", "separable",
-              "attention_heads", "aux_head", "identity", "truncate_after", "batch_norm"},
+              "attention_heads", "attention_kernel", "aux_head", "identity", "truncate_after",
+              "batch_norm"},
     "data": {"batch", "size"},
     "train": {"optimizer", "learning_rate", "momentum", "weight_decay", "loss_resolution",
               "precision", "checkpointing", "phase", "steps", "premade_state"},
@@ -74,6 +75,9 @@ def load(path, sets):
             raise Unsupported(f"unknown keys {sorted(unknown)} in [{section}]")
     m, t = c["model"], c.setdefault("train", {})
     m.setdefault("aspp_channels", 256)
+    m.setdefault("attention_kernel", "math")
+    if m["attention_kernel"] not in ("math", "efficient"):
+        raise Unsupported(f"model.attention_kernel = {m['attention_kernel']!r}: math or efficient")
     m.setdefault("aspp_rates", {8: [12, 24, 36], 16: [6, 12, 18], 32: [3, 6, 9]}[m["output_stride"]])
     for k, v in [("optimizer", "sgd"), ("learning_rate", 0.01), ("momentum", 0.9),
                  ("weight_decay", 1e-4), ("loss_resolution", "full"), ("precision", "f32"),
@@ -390,7 +394,8 @@ def train(c, args):
     dev = args.device
     torch.manual_seed(0)
     model = DeepLabV3Plus(m).to(dev).train()
-    model.fused_attention = args.fused_attention
+    # "efficient": need_weights=False, PyTorch's fused scaled_dot_product_attention.
+    model.fused_attention = args.fused_attention or m["attention_kernel"] == "efficient"
     # "mixed-*" is autocast (f32 master weights); "f16"/"bf16" are pure: the whole model, its
     # gradients and optimizer state in the low precision, as the burn model's pure precisions.
     amp = {"mixed-f16": torch.float16, "mixed-bf16": torch.bfloat16}.get(t["precision"])
@@ -461,7 +466,8 @@ def arguments():
                    "fraction, the context measured by NVML) instead of a ballast, so that runs "
                    "can share a card")
     p.add_argument("--fused-attention", action="store_true",
-                   help="attention through PyTorch's fused kernels (need_weights=False)")
+                   help="attention through PyTorch's fused kernels (need_weights=False), as "
+                   "model.attention_kernel = \"efficient\"")
     args = p.parse_args()
     if not args.config:
         p.error("no config: give its path, or set OOM_BISECT_CONFIG")

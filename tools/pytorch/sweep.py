@@ -10,7 +10,7 @@ Writes OUT/NAME.burn.json, OUT/NAME.pt.jsonl, OUT/sweep.jsonl (one line per cand
 the table of docs/fidelity.md ("The sweep"): outcome and peak of each, whether they agree. A peak
 is device memory with the context: the built-in trial's own, PyTorch's reserved peak plus the
 context the reference measured (NVML). Attention runs PyTorch's default (need_weights=True, the
-N² matrix kept), as the built-in model does.
+N² matrix kept) or, with `model.attention_kernel = "efficient"`, its fused kernel.
 """
 import argparse
 import concurrent.futures
@@ -43,6 +43,10 @@ def candidates():
         c.append((f"r50-os16-b{b}-{p}", R50, os16 + [f"data.batch={b}", f'train.precision="{p}"']))
     for b in (4, 8):
         c.append((f"r50-att8-b{b}", R50, [f"data.batch={b}", "model.attention_heads=8"]))
+    eff = ["model.attention_heads=8", 'model.attention_kernel="efficient"']
+    for b in (8, 16, 24):
+        c.append((f"r50-att8-b{b}-efficient", R50, [f"data.batch={b}"] + eff))
+    c.append(("forum-b2-att8-efficient", FORUM, ["data.batch=2"] + eff))
     c.append(("r50-os16-b24-aux", R50, os16 + ["data.batch=24", "model.aux_head=true"]))
     for b in (2, 3):
         c.append((f"forum-b{b}", FORUM, [f"data.batch={b}"]))
@@ -115,6 +119,7 @@ def main():
     p.add_argument("--bin", help="the oom-bisect binary (not with --table)")
     p.add_argument("--out", required=True)
     p.add_argument("--jobs", type=int, default=5, help="runs at once (24 GiB each)")
+    p.add_argument("--only", help="run only the candidates whose name contains this")
     p.add_argument("--table", action="store_true",
                    help="run nothing: the table from the files an earlier sweep left in --out")
     args = p.parse_args()
@@ -127,6 +132,8 @@ def main():
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
             # Each candidate's two runs side by side, so that a sweep cut short has pairs.
             jobs = {}
+            if args.only:
+                cands = [x for x in cands if args.only in x[0]]
             for n, c, s in cands:
                 jobs[(n, "burn")] = pool.submit(burn, args.bin, args.out, n, c, s)
                 jobs[(n, "pt")] = pool.submit(pytorch, args.out, n, c, s)

@@ -85,6 +85,10 @@ pub struct ModelConfig {
     /// Heads of a multi-head self-attention block on the ASPP output; 0 means no attention block.
     #[serde(default)]
     pub attention_heads: usize,
+    /// How the attention block computes softmax(QKᵀ/√d)·V. Left out of the canonical form while
+    /// `math`, so that journals written before this key existed still resume.
+    #[serde(default, skip_serializing_if = "AttentionKernel::is_math")]
+    pub attention_kernel: AttentionKernel,
     /// An FCN auxiliary head on layer3 with its own loss (weight 0.5, as torchvision's reference).
     #[serde(default)]
     pub aux_head: bool,
@@ -98,6 +102,25 @@ pub struct ModelConfig {
     /// gradient, one input-sized tensor kept for backward instead of three, as in PyTorch).
     #[serde(default, skip_serializing_if = "BatchNormKind::is_burn")]
     pub batch_norm: BatchNormKind,
+}
+
+/// The attention block's kernel, as PyTorch's `nn.MultiheadAttention` picks one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttentionKernel {
+    /// The composition (PyTorch's default, `need_weights=True`): the N×N weights are kept for
+    /// backward.
+    #[default]
+    Math,
+    /// PyTorch's memory-efficient `scaled_dot_product_attention` (`need_weights=False`): inputs,
+    /// output and one statistic per row kept, no N×N matrix ([`crate::attention`]).
+    Efficient,
+}
+
+impl AttentionKernel {
+    pub fn is_math(&self) -> bool {
+        *self == AttentionKernel::Math
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -507,6 +530,7 @@ impl Config {
                 aspp_channels: 256,
                 separable: false,
                 attention_heads: 0,
+                attention_kernel: AttentionKernel::Math,
                 aux_head: false,
                 identity: vec![],
                 truncate_after: None,

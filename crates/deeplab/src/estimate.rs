@@ -466,7 +466,13 @@ impl Walk<'_> {
         let s = self.stage(ids::ATTENTION);
         let [b, d, h, w] = self.arch.stages[s].shape;
         let (b, d, n, heads) = (b as u64, d as u64, (h * w) as u64, m.attention_heads as u64);
-        let saved = 5 * b * n * d + 2 * b * heads * n * n;
+        // The weights (softmax output, and its input kept by the product) are N×N per head; the
+        // memory-efficient kernel keeps one log-sum-exp per row instead.
+        let per_head = match m.attention_kernel {
+            crate::AttentionKernel::Math => 2 * n * n,
+            crate::AttentionKernel::Efficient => n,
+        };
+        let saved = 5 * b * n * d + b * heads * per_head;
         self.push(s, ids::ATTENTION, saved, b * n * d, 4 * (d * d + d));
     }
 

@@ -3,6 +3,7 @@
 //! precision, optimizer and phase. One [`Config`] reads and writes TOML.
 
 pub mod arch;
+pub mod attention;
 pub mod blocks;
 pub mod checkpoint;
 pub mod config;
@@ -14,8 +15,8 @@ pub mod train;
 
 pub use arch::{ids, Architecture, ModuleInfo, StageInfo};
 pub use config::{
-    Backbone, Config, ConfigError, DataConfig, DeviceConfig, LossResolution, MemoryModel,
-    ModelConfig, Optimizer, Phase, Precision, Recompute, TrainConfig,
+    AttentionKernel, Backbone, Config, ConfigError, DataConfig, DeviceConfig, LossResolution,
+    MemoryModel, ModelConfig, Optimizer, Phase, Precision, Recompute, TrainConfig,
 };
 pub use estimate::{Breakdown, MemoryEstimate, Resident, StageEstimate};
 pub use model::DeepLabV3Plus;

@@ -7,7 +7,7 @@ use crate::arch::ids::{self, block};
 use crate::arch::Architecture;
 use crate::blocks::{bn, conv, run_conv, Block, Conv3x3, ConvBnRelu, Norm, NormKind};
 use crate::checkpoint::Segments;
-use crate::config::MemoryModel;
+use crate::config::{AttentionKernel, MemoryModel};
 use crate::pytorch::{as_dtype, dropout, PytorchOps};
 use burn::nn::attention::{MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
 use burn::nn::conv::{Conv2d, Conv2dConfig};
@@ -202,6 +202,8 @@ impl<B: PytorchOps> Aspp<B> {
 #[derive(Module, Debug)]
 pub struct Attention<B: Backend> {
     pub mha: MultiHeadAttention<B>,
+    #[module(skip)]
+    pub kernel: AttentionKernel,
 }
 
 impl<B: PytorchOps> Attention<B> {
@@ -212,12 +214,29 @@ impl<B: PytorchOps> Attention<B> {
         // burn's attention module wants its weights' precision: under autocast it runs in f32
         // (PyTorch's autocast would run its projections in the low precision, softmax in f32).
         let (low, weights) = (tokens.dtype(), self.mha.query.weight.val().dtype());
-        let attended = self
-            .mha
-            .forward(MhaInput::self_attn(as_dtype(tokens.clone(), weights)))
-            .context;
+        let input = as_dtype(tokens.clone(), weights);
+        let attended = match self.kernel {
+            AttentionKernel::Math => self.mha.forward(MhaInput::self_attn(input)).context,
+            AttentionKernel::Efficient => self.efficient(input),
+        };
         let attended = as_dtype(attended, low);
         (tokens + attended).swap_dims(1, 2).reshape([b, c, h, w])
+    }
+
+    /// burn's module's projections around the memory-efficient kernel ([`crate::attention`]).
+    fn efficient(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let mha = &self.mha;
+        let [b, n, d] = x.dims();
+        let heads = |l: &burn::nn::Linear<B>| {
+            l.forward(x.clone())
+                .reshape([b, n, mha.n_heads, mha.d_k])
+                .swap_dims(1, 2)
+        };
+        let (q, k, v) = (heads(&mha.query), heads(&mha.key), heads(&mha.value));
+        let scale = 1.0 / (mha.d_k as f64).sqrt();
+        let context = crate::attention::efficient(q, k, v, scale);
+        mha.output
+            .forward(context.swap_dims(1, 2).reshape([b, n, d]))
     }
 }
 
@@ -329,6 +348,7 @@ impl<B: PytorchOps> DeepLabV3Plus<B> {
             mha: MultiHeadAttentionConfig::new(arch.aspp_out, m.attention_heads)
                 .with_dropout(0.0)
                 .init(device),
+            kernel: m.attention_kernel,
         });
         let aux_head = (m.aux_head && on(ids::AUX_HEAD)).then(|| {
             let inter = arch.layer3_out / 4;

@@ -34,7 +34,7 @@ pub type NormOutput<B> = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>);
 
 /// The ops of the `pytorch` memory model. The defaults compute plainly: without autodiff nothing is
 /// kept, so every inner backend uses them as they are.
-pub trait PytorchOps: Backend {
+pub trait PytorchOps: Backend + crate::attention::EfficientAttention {
     /// ReLU whose backward reads its output.
     fn relu_keeping_output(x: FloatTensor<Self>) -> FloatTensor<Self> {
         Self::relu(x)
@@ -71,6 +71,7 @@ pub trait PytorchOps: Backend {
 }
 
 impl PytorchOps for burn::backend::Flex {}
+impl crate::attention::EfficientAttention for burn::backend::Flex {}
 
 /// ReLU as the memory model computes it.
 pub fn relu<B: PytorchOps>(x: Tensor<B, 4>, model: MemoryModel) -> Tensor<B, 4> {
@@ -98,9 +99,16 @@ pub fn dropout<B: PytorchOps>(d: &Dropout, x: Tensor<B, 4>, model: MemoryModel) 
 
 #[cfg(feature = "cuda")]
 impl PytorchOps for burn_cuda::Cuda {}
+#[cfg(feature = "cuda")]
+impl crate::attention::EfficientAttention for burn_cuda::Cuda {}
 
 #[cfg(feature = "cuda")]
 impl PytorchOps for burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8> {}
+#[cfg(feature = "cuda")]
+impl crate::attention::EfficientAttention
+    for burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>
+{
+}
 
 pub(crate) fn float<B: Backend, const D: usize>(p: FloatTensor<B>) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(p))

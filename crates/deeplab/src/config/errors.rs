@@ -56,6 +56,7 @@ pub const KEYS: &[(&str, &[&str])] = &[
             "aspp_channels",
             "separable",
             "attention_heads",
+            "attention_kernel",
             "aux_head",
             "identity",
             "truncate_after",

@@ -6,7 +6,7 @@
 //! PyTorch's kernel computes a chunk in on-chip tiles; here a chunk's scores are a device tensor
 //! (at most [`CHUNK_BYTES`]), a transient PyTorch does not have.
 
-use crate::pytorch::{float, prim, PytorchOps};
+use crate::primitive::{float, prim};
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
@@ -167,7 +167,7 @@ impl<B: Backend, C: CheckpointStrategy> EfficientAttention for Autodiff<B, C> {
 }
 
 /// softmax(Q·Kᵀ·s)·V of `[b, h, n, d]` heads, with the memory-efficient kernel.
-pub fn efficient<B: PytorchOps>(
+pub fn efficient<B: EfficientAttention>(
     q: Tensor<B, 4>,
     k: Tensor<B, 4>,
     v: Tensor<B, 4>,

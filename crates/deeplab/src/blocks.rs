@@ -7,7 +7,8 @@ use burn::prelude::*;
 use std::cell::Cell;
 
 use crate::config::{BatchNormKind, MemoryModel};
-use crate::pytorch::{as_dtype, float, prim, PytorchOps};
+use crate::primitive::{float, prim};
+use crate::pytorch::{as_dtype, PytorchOps};
 
 /// A bias-free convolution, as every convolution followed by BatchNorm in torchvision.
 pub fn conv(

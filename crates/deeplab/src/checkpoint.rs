@@ -13,8 +13,8 @@
 //! gradients so far, and one block's recomputed activations.
 
 use crate::blocks::Block;
-use crate::model::DeepLabV3Plus;
-use crate::pytorch::{float, prim, PytorchOps};
+use crate::primitive::{float, prim};
+use crate::pytorch::PytorchOps;
 use burn::module::{AutodiffModule, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::prelude::*;
@@ -40,7 +40,7 @@ impl<B: PytorchOps> Segments<B> {
 
     /// Runs the block at `at` on `x` recording nothing for backward (its parameters and input
     /// detached), and keeps `x`. The block's parameters must exist
-    /// ([`DeepLabV3Plus::materialize`]): a copy of a lazy parameter would draw values of its own.
+    /// (`DeepLabV3Plus::materialize`): a copy of a lazy parameter would draw values of its own.
     pub fn run(&mut self, at: [usize; 2], block: &Block<B>, x: Tensor<B, 4>) -> Tensor<B, 4> {
         let out = block.clone().no_grad().forward(x.clone().detach());
         self.inputs.push((at, x));
@@ -68,10 +68,16 @@ impl<B: PytorchOps> Default for Segments<B> {
 type Grad<B> = Tensor<<B as AutodiffBackend>::InnerBackend, 4>;
 
 impl<B: AutodiffBackend + PytorchOps> Segments<B> {
-    /// The parameters' gradients of a step, from the gradients of its backward pass through
-    /// everything after the chain (`head`): the blocks are recomputed and run backward in reverse
-    /// order, each input freed once its block is done, then the stem.
-    pub fn backward(self, model: &DeepLabV3Plus<B>, mut head: B::Gradients) -> GradientsParams {
+    /// The parameters' gradients of a step of `model`, from the gradients of its backward pass
+    /// through everything after the chain (`head`): the blocks (`layers`, the model's backbone's)
+    /// are recomputed and run backward in reverse order, each input freed once its block is done,
+    /// then the stem.
+    pub fn backward<M: AutodiffModule<B>>(
+        self,
+        model: &M,
+        layers: &[Vec<Option<Block<B>>>],
+        mut head: B::Gradients,
+    ) -> GradientsParams {
         let Segments { mut inputs, taps } = self;
         let mut taps: Vec<(usize, Option<Grad<B>>)> = taps
             .into_iter()
@@ -84,9 +90,7 @@ impl<B: AutodiffBackend + PytorchOps> Segments<B> {
             // The block's output received the next block's input gradient and those of its taps.
             dy = plus(dy, take_at(&mut taps, inputs.len() + 1));
             let Some(g) = dy.take() else { continue };
-            let block = model.backbone.layers[i][k]
-                .as_ref()
-                .expect("a checkpointed block exists");
+            let block = layers[i][k].as_ref().expect("a checkpointed block exists");
             let leaf = x.clone().detach().require_grad();
             let mut grads = seed(block.forward(leaf.clone()), g).backward();
             collect(block, &mut grads, &mut params);
@@ -99,7 +103,7 @@ impl<B: AutodiffBackend + PytorchOps> Segments<B> {
         // The chain's input is the stem's recorded output.
         if let (Some(x), Some(g)) = (chain_input, dy) {
             let mut grads = seed(x, g).backward();
-            collect(&model.backbone, &mut grads, &mut params);
+            collect(model, &mut grads, &mut params);
         }
         params
     }

@@ -9,6 +9,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod estimate;
 pub mod model;
+mod primitive;
 pub mod pytorch;
 pub mod scaler;
 pub mod train;

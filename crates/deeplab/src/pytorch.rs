@@ -16,6 +16,7 @@
 //! defaults (plain computation, nothing is kept without autodiff), for every inner backend we run.
 
 use crate::config::MemoryModel;
+use crate::primitive::{float, prim};
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
@@ -27,7 +28,6 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::{BoolTensor, FloatTensor};
 use burn::tensor::Distribution;
-use burn::tensor::TensorPrimitive;
 
 /// Training BatchNorm's output and the batch statistics it used (mean, biased variance).
 pub type NormOutput<B> = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>);
@@ -108,14 +108,6 @@ impl PytorchOps for burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32
 impl crate::attention::EfficientAttention
     for burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>
 {
-}
-
-pub(crate) fn float<B: Backend, const D: usize>(p: FloatTensor<B>) -> Tensor<B, D> {
-    Tensor::from_primitive(TensorPrimitive::Float(p))
-}
-
-pub(crate) fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
-    t.into_primitive().tensor()
 }
 
 /// `[C]` to `[1, C, 1, 1]`.

@@ -308,7 +308,7 @@ fn gradients<B: AutodiffBackend + PytorchOps>(
 ) -> GradientsParams {
     let grads = loss.backward();
     match segments {
-        Some(segments) => segments.backward(model, grads),
+        Some(segments) => segments.backward(model, &model.backbone.layers, grads),
         None => GradientsParams::from_grads(grads, model),
     }
 }

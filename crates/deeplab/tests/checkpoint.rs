@@ -53,7 +53,7 @@ fn loss_and_grads(model: &DeepLabV3Plus<B>, x: &Tensor<B, 4>) -> (f32, Gradients
     let value = loss.clone().into_scalar();
     let grads = loss.backward();
     let params = match segments {
-        Some(s) => s.backward(model, grads),
+        Some(s) => s.backward(model, &model.backbone.layers, grads),
         None => GradientsParams::from_grads(grads, model),
     };
     (value, params)

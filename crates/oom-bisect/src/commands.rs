@@ -59,6 +59,8 @@ impl Clock for WallClock {
 
 pub struct BisectRun {
     pub settings: BisectSettings,
+    /// Where the trials ran (`--devices`, `--jobs`, `--launcher`).
+    pub dispatch: crate::dispatch::Dispatch,
     pub diagnosis: Diagnosis,
     pub reports: HashMap<(Candidate, u32), TrialReport>,
     pub wall_seconds: f64,
@@ -73,12 +75,13 @@ pub struct BisectRun {
 /// Runs a diagnosis; shared by `bisect` and `bench`.
 pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     let st = BisectSettings::resolve(args)?;
+    let dispatch = crate::dispatch::Dispatch::resolve(args, &st.device)?;
     say(&st.device.notes, st.quiet);
     let w = &st.workload;
     check_bisect_outputs(&st)?;
     let journal = open_journal(&st)?;
     let space = space::build(&w.config, &st.steps);
-    if let (Some(line), false) = (st.dispatch.describe(), st.quiet) {
+    if let (Some(line), false) = (dispatch.describe(), st.quiet) {
         tell!("oom-bisect: {line}");
     }
     let about = oom_search::expected_trials(&space, &st.search);
@@ -87,13 +90,13 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     if st.device.backend == BackendKind::Cpu && st.device.engine == oom_trial::Engine::Train {
         progress.slow_cpu = Some(output::progress::SlowCpu {
             about,
-            jobs: st.dispatch.slots.len(),
+            jobs: dispatch.slots.len(),
         });
     }
     let journal = Arc::new(Mutex::new(journal));
     let pool = Pool::new(
-        st.dispatch.workers(&runner(&st.device)),
-        progress.workers_view(&st.dispatch),
+        dispatch.workers(&runner(&st.device)),
+        progress.workers_view(&dispatch),
         crate::journal::journal_on_finish(Arc::clone(&journal)),
     );
     let mut oracle = TrialOracle::new(&w.config, &st.device, &pool, journal);
@@ -125,6 +128,7 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
         resumed,
         trials_finished,
         settings: st,
+        dispatch,
     })
 }
 
@@ -439,7 +443,12 @@ pub fn bench(args: &BenchArgs) -> Result<i32> {
             oom_trial::cache::dir().as_deref()
         )
     );
-    let slots: Vec<&str> = st.dispatch.slots.iter().map(|s| s.label.as_str()).collect();
+    let slots: Vec<&str> = run
+        .dispatch
+        .slots
+        .iter()
+        .map(|s| s.label.as_str())
+        .collect();
     let used = run.diagnosis.trials.len() - run.resumed;
     showln!(
         "  workers: {} ({}); {} trials run, {used} used by the search, {} started ahead and not needed",

@@ -446,8 +446,6 @@ pub struct BisectSettings {
     pub verbose: bool,
     /// The `--set`s given, for the line that reproduces the run.
     pub sets: Vec<String>,
-    /// Where trials run (`--devices`, `--jobs`, `--launcher`).
-    pub dispatch: crate::dispatch::Dispatch,
 }
 
 impl BisectSettings {
@@ -472,7 +470,6 @@ impl BisectSettings {
             minimise: on(Step::Minimal),
             need: on(Step::Need),
         };
-        let dispatch = crate::dispatch::Dispatch::resolve(args, &device)?;
         let d = &device;
         let experiment = crate::experiment::id(
             &workload.config,
@@ -488,7 +485,6 @@ impl BisectSettings {
             crate::experiment::short_hash(&experiment)
         ));
         Ok(BisectSettings {
-            dispatch,
             workload,
             device,
             search,

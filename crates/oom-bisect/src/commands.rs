@@ -99,6 +99,10 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
         progress.workers_view(&dispatch),
         crate::journal::journal_on_finish(Arc::clone(&journal)),
     );
+    let pool = match dispatch.guesses {
+        true => pool,
+        false => pool.without_guesses(),
+    };
     let mut oracle = TrialOracle::new(&w.config, &st.device, &pool, journal);
     let clock = WallClock(Instant::now());
     let d = diagnose(

@@ -32,10 +32,33 @@ pub struct Dispatch {
     pub slots: Vec<Slot>,
     /// The launcher's words (empty: trials are children of this process).
     pub launcher: Vec<String>,
+    /// Whether idle slots may start trials the search only may ask for (guesses; what it will
+    /// ask for is started ahead regardless). Not where slots share one GPU: a guess there takes
+    /// compute from the trials the search waits on. `OOM_BISECT_GUESSES=on|off` overrides, for
+    /// measuring (docs/performance.md).
+    pub guesses: bool,
 }
+
+/// The override of [`Dispatch::guesses`].
+pub const GUESSES_ENV: &str = "OOM_BISECT_GUESSES";
 
 impl Dispatch {
     pub fn resolve(args: &BisectArgs, device: &DeviceSettings) -> Result<Dispatch> {
+        let mut d = Self::place(args, device)?;
+        match std::env::var(GUESSES_ENV).as_deref() {
+            Err(_) => {}
+            Ok("on") => d.guesses = true,
+            Ok("off") => d.guesses = false,
+            Ok(other) => {
+                return Err(usage(&format!(
+                    "{GUESSES_ENV}={other}: `on` or `off` (unset: off where trials share a GPU)"
+                )))
+            }
+        }
+        Ok(d)
+    }
+
+    fn place(args: &BisectArgs, device: &DeviceSettings) -> Result<Dispatch> {
         let jobs = args.jobs.map(usize::from);
         if let Some(l) = &args.launcher {
             if args.devices.is_some() {
@@ -57,6 +80,7 @@ impl Dispatch {
                         .map(|i| slot(format!("cpu:{i}"), vec![]))
                         .collect(),
                     launcher: vec![],
+                    guesses: true,
                 })
             }
         }
@@ -131,6 +155,7 @@ fn launcher(line: &str, jobs: Option<usize>) -> Result<Dispatch> {
             .map(|i| slot(format!("{}:{i}", words[0]), vec![]))
             .collect(),
         launcher: words,
+        guesses: true,
     })
 }
 
@@ -171,8 +196,10 @@ fn gpus(devices: Option<&str>, jobs: Option<usize>, ceiling: Option<u64>) -> Res
     let visible = visible_gpus()?;
     let picked = pick(devices, &visible)?;
     let counts: Vec<usize> = picked.iter().map(|(i, _)| per_gpu(*i, ceiling)).collect();
+    let slots = gpu_slots(&picked, &counts, jobs)?;
     Ok(Dispatch {
-        slots: gpu_slots(&picked, &counts, jobs)?,
+        guesses: slots.len() <= picked.len(),
+        slots,
         launcher: vec![],
     })
 }

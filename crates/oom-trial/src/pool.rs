@@ -94,6 +94,8 @@ impl<K> Shared<K> {
 pub struct Pool<K: Clone + Eq + Hash + Send + 'static> {
     shared: Arc<Shared<K>>,
     threads: Vec<JoinHandle<()>>,
+    /// Whether guesses are started ahead (see [`Pool::without_guesses`]).
+    guesses: bool,
 }
 
 impl<K: Clone + Eq + Hash + Send + 'static> Pool<K> {
@@ -123,7 +125,18 @@ impl<K: Clone + Eq + Hash + Send + 'static> Pool<K> {
                 std::thread::spawn(move || work(&shared, i, w.as_ref()))
             })
             .collect();
-        Pool { shared, threads }
+        Pool {
+            shared,
+            threads,
+            guesses: true,
+        }
+    }
+
+    /// Only what the search will ask for is started ahead, never what it may: for workers that
+    /// share a device, where a guess slows the trials the search waits on.
+    pub fn without_guesses(mut self) -> Self {
+        self.guesses = false;
+        self
     }
 
     pub fn workers(&self) -> usize {
@@ -138,6 +151,9 @@ impl<K: Clone + Eq + Hash + Send + 'static> Pool<K> {
     /// Trials that will (`sure`) or may be asked for, most urgent first. New guesses replace the
     /// guesses not yet started; what is already known, queued or running is not queued again.
     pub fn prefetch(&self, items: Vec<(K, Request)>, sure: bool) {
+        if !sure && !self.guesses {
+            return;
+        }
         let mut st = self.shared.lock();
         if !sure {
             st.guesses.clear();
@@ -319,5 +335,21 @@ mod tests {
         assert_eq!(ran.load(Ordering::SeqCst), 1);
         drop(p);
         assert_eq!(*journal.lock().unwrap(), vec![1]);
+    }
+
+    /// Without guesses, idle workers start what the search will ask for, never what it may.
+    #[test]
+    fn without_guesses_only_sure_trials_run_ahead() {
+        let ran = Arc::new(AtomicUsize::new(0));
+        let journal = Arc::new(Mutex::new(vec![]));
+        let p = pool(3, &ran, &journal).without_guesses();
+        p.prefetch(vec![(9, req(10))], false);
+        p.prefetch(vec![(7, req(10))], true);
+        p.get(&1, &req(60));
+        std::thread::sleep(Duration::from_millis(50));
+        drop(p);
+        let mut j = journal.lock().unwrap().clone();
+        j.sort();
+        assert_eq!(j, vec![1, 7], "the guess ran, or the sure one did not");
     }
 }

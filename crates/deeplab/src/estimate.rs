@@ -8,7 +8,8 @@
 //! pooling its input and int32 indices; dropout a float mask; a matrix product its tracked operands'
 //! partners (the resize, a product with constant matrices, keeps only the matrices); cat, add and
 //! reshapes nothing. Under the pytorch memory model ([`crate::pytorch`]) BatchNorm keeps its input,
-//! ReLU its output (the buffer the next convolution keeps anyway) and dropout a one-byte mask. It is an estimate: `inspect` prints it, tests of the search
+//! ReLU its output (the buffer the next convolution keeps anyway) and dropout a one-byte mask, and a
+//! checkpointed block its input alone, rerun whole in backward. It is an estimate: `inspect` prints it, tests of the search
 //! run on it; oom-bisect's answers come from measured trials.
 
 use crate::arch::ids::{self, block};
@@ -26,6 +27,9 @@ struct Layer {
     saved: u64,
     output: u64,
     params: u64,
+    /// A checkpointed block ([`crate::checkpoint`]): what its rerun in backward holds beside what
+    /// the step keeps (its activations and its output again); `saved` is then its input alone.
+    recompute: u64,
 }
 
 /// Bytes a step holds, by part, at the moment of its peak.
@@ -203,7 +207,7 @@ fn simulate_step(run: &[Layer], fixed: &Fixed, config: &Config, e: u64) -> Break
         let input = if i == 0 { 0 } else { run[i - 1].output };
         let now = Breakdown {
             gradients: fixed.weight_bytes * grads,
-            activations: e * (kept + l.output + input),
+            activations: e * (kept + l.recompute + l.output + input),
             ..base
         };
         if now.total() > peak.total() {
@@ -274,6 +278,7 @@ impl Walk<'_> {
             saved,
             output,
             params,
+            recompute: 0,
         });
     }
 
@@ -372,12 +377,19 @@ impl Walk<'_> {
             saved += self.bn * cout * px_out;
             params += cin * cout + 2 * cout;
         }
+        let output = cout * px_out;
+        // Checkpointed, a block keeps only its input; backward reruns it whole.
+        let (saved, recompute) = match self.arch.checkpoint_blocks {
+            true => (cin * px_in, saved + output),
+            false => (saved, 0),
+        };
         Layer {
             stage: s,
             module: id.to_string(),
             saved,
-            output: cout * px_out,
+            output,
             params,
+            recompute,
         }
     }
 

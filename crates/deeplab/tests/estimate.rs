@@ -1,6 +1,7 @@
 //! The model's memory estimate against measured peaks: real training steps on the CPU backend under a
 //! counting allocator, for configs that cover every option the estimate models (both memory models,
-//! BatchNorm kinds, the aux head, separable convolutions, attention, swapped decoder parts, phases, optimizers). One test
+//! BatchNorm kinds, the aux head, separable convolutions, attention, swapped decoder parts, phases, optimizers,
+//! checkpointed blocks). One test
 //! in its own binary: the allocator's counters are global, so nothing may run beside it.
 
 use burn::backend::{Autodiff, Flex};
@@ -77,6 +78,13 @@ fn estimate_is_within_15_percent_of_measured_peaks() {
         &["model.identity=[\"aspp.pool\", \"backbone.layer4.1\"]"],
         // Activations most of the peak.
         &["data.size=[192, 192]", "model.aux_head=true"],
+        // Checkpointed blocks (the pytorch model's torch.utils.checkpoint).
+        &[
+            "data.size=[192, 192]",
+            "model.aux_head=true",
+            "train.checkpointing=true",
+        ],
+        &["train.checkpointing=true", "model.backbone=\"resnet50\""],
         // burn's.
         &[BURN],
         &[BURN, "model.batch_norm=\"lean\""],

@@ -517,8 +517,12 @@ fn fake_bisect_json_has_every_field() {
         "{t}"
     );
     assert!(t.contains("ESTIMATE: every figure below is the model's memory estimate"));
+    let reproduce = t.lines().find(|l| l.starts_with("Reproduce with: "));
+    // The estimate runs no backend: the line names none.
     assert!(
-        t.contains("Reproduce with: ") && t.contains(" trial --config"),
+        reproduce.is_some_and(|l| l.contains(" trial --config")
+            && l.contains(" --estimate")
+            && !l.contains("--backend")),
         "{t}"
     );
     assert_eq!(r["original"]["outcome"], "oom");

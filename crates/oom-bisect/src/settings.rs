@@ -137,25 +137,26 @@ impl DeviceSettings {
 
     /// The flags that reproduce this device setting on the command line.
     pub fn reproduce_flags(&self) -> String {
-        let mut s = format!("--backend {}", self.backend.name());
-        if let Some(c) = &self.ceiling_arg {
-            s.push(' ');
-            s.push_str(c);
-        }
+        // The estimate runs no backend: naming one beside a card's ceiling would only puzzle.
+        let mut parts = match self.engine {
+            Engine::Estimate => vec![],
+            _ => vec![format!("--backend {}", self.backend.name())],
+        };
+        parts.extend(self.ceiling_arg.clone());
         if self.trial_timeout != Duration::from_secs(crate::cli::DEFAULT_TRIAL_TIMEOUT) {
-            s += &format!(" --trial-timeout {}", self.trial_timeout.as_secs());
+            parts.push(format!("--trial-timeout {}", self.trial_timeout.as_secs()));
         }
         if self.backend == BackendKind::Cuda && self.ceiling_by == CeilingBy::Cap {
-            s += " --ceiling-by cap";
+            parts.push("--ceiling-by cap".into());
         }
         match &self.engine {
-            Engine::Estimate => s.push_str(" --estimate"),
+            Engine::Estimate => parts.push("--estimate".into()),
             Engine::Exec { command } => {
-                s += &format!(" --exec {}", crate::output::shell_word(command))
+                parts.push(format!("--exec {}", crate::output::shell_word(command)))
             }
             Engine::Train => {}
         }
-        s
+        parts.join(" ")
     }
 
     /// The user's command when it answers the trials (`--exec`).

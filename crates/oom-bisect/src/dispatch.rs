@@ -33,9 +33,10 @@ pub struct Dispatch {
     /// The launcher's words (empty: trials are children of this process).
     pub launcher: Vec<String>,
     /// Whether idle slots may start trials the search only may ask for (guesses; what it will
-    /// ask for is started ahead regardless). Not where slots share one GPU: a guess there takes
-    /// compute from the trials the search waits on. `OOM_BISECT_GUESSES=on|off` overrides, for
-    /// measuring (docs/performance.md).
+    /// ask for is started ahead regardless). Not where slots share one device, several per GPU
+    /// under the cap or the CPU's cores: a guess there takes compute from the trials the search
+    /// waits on (forum under the cap 207 s → 173 s, the CPU quickstart 54 s → 48 s:
+    /// docs/performance.md). `OOM_BISECT_GUESSES=on|off` overrides, for measuring.
     pub guesses: bool,
 }
 
@@ -80,7 +81,8 @@ impl Dispatch {
                         .map(|i| slot(format!("cpu:{i}"), vec![]))
                         .collect(),
                     launcher: vec![],
-                    guesses: true,
+                    // The slots share the host's cores.
+                    guesses: false,
                 })
             }
         }

@@ -567,9 +567,24 @@ fn fake_bench_prints_the_report_writes_json_and_confirms_three_times() {
         "bench:",
         "per trial",
         "plain bisection",
+        "critical path: ",
+        "rounds of dependent trials",
+        "busy: ",
     ] {
         assert!(t.contains(w), "bench output lacks {w}:\n{t}");
     }
+    // One worker (the estimate's default): every trial is a round of its own.
+    let number_before = |w: &str| -> usize {
+        let at = t.find(w).unwrap_or_else(|| panic!("no {w}:\n{t}"));
+        let head = t[..at].trim_end();
+        head[head.rfind(' ').unwrap() + 1..].parse().unwrap()
+    };
+    let (rounds, ran) = (
+        number_before(" rounds of dependent trials"),
+        number_before(" trials run,"),
+    );
+    assert!(t.contains("workers: 1;"), "{t}");
+    assert_eq!(rounds, ran, "{t}");
     let b = r["boundaries"].as_array().unwrap();
     assert!(
         b.iter().any(|x| x["confirmations"] == 4),

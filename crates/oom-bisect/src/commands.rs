@@ -70,6 +70,10 @@ pub struct BisectRun {
     pub resumed: usize,
     /// Trials the workers finished, the ones started ahead and never asked for included.
     pub trials_finished: usize,
+    /// Rounds of dependent trials and the workers' busy time (for `bench`).
+    pub pool: oom_trial::pool::PoolStats,
+    /// The kernel cache the trials used (burn's CUDA trials only).
+    pub kernel_cache: Option<PathBuf>,
 }
 
 /// Runs a diagnosis; shared by `bisect` and `bench`.
@@ -94,8 +98,10 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
         });
     }
     let journal = Arc::new(Mutex::new(journal));
+    let runner = runner(&st.device);
+    progress.watch_compiling(runner.kernel_cache.as_deref());
     let pool = Pool::new(
-        dispatch.workers(&runner(&st.device)),
+        dispatch.workers(&runner),
         progress.workers_view(&dispatch),
         crate::journal::journal_on_finish(Arc::clone(&journal)),
     );
@@ -116,6 +122,7 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     let (reports, resumed) = (learned.reports, learned.resumed);
     drop(oracle);
     let trials_finished = pool.finished();
+    let pool_stats = pool.stats();
     // Trials started ahead that the search never asked for are killed, not waited for.
     drop(pool);
     progress.finish();
@@ -131,6 +138,8 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
         ceiling,
         resumed,
         trials_finished,
+        pool: pool_stats,
+        kernel_cache: runner.kernel_cache,
         settings: st,
         dispatch,
     })
@@ -444,7 +453,7 @@ pub fn bench(args: &BenchArgs) -> Result<i32> {
             &run.reports,
             run.wall_seconds,
             run.resumed,
-            oom_trial::cache::dir().as_deref()
+            run.kernel_cache.as_deref()
         )
     );
     let slots: Vec<&str> = run
@@ -454,12 +463,9 @@ pub fn bench(args: &BenchArgs) -> Result<i32> {
         .map(|s| s.label.as_str())
         .collect();
     let used = run.diagnosis.trials.len() - run.resumed;
-    showln!(
-        "  workers: {} ({}); {} trials run, {used} used by the search, {} started ahead and not needed",
-        slots.len(),
-        slots.join(", "),
-        run.trials_finished,
-        run.trials_finished.saturating_sub(used)
+    show!(
+        "{}",
+        output::bench::slots(&slots, &run.pool, run.trials_finished, used)
     );
     Ok(code)
 }

@@ -18,6 +18,7 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// A worker's way of running trials (its place is in the runner: a GPU, a launcher).
 pub type Worker = Box<dyn TrialRunner + Send + Sync>;
@@ -52,6 +53,85 @@ struct State<K> {
     awaited: HashMap<K, usize>,
     waiting: usize,
     stop: bool,
+    timeline: Timeline,
+}
+
+/// Where a pool's time went, for `bench`: how often the whole search stood waiting on trials (the
+/// rounds of dependent trials, its critical path) and how busy each worker was.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolStats {
+    /// Times every searcher was waiting on a trial: each round is at least one trial long.
+    pub rounds: usize,
+    /// Time the whole search spent waiting on trials.
+    pub waited: Duration,
+    /// Per worker, time spent running trials (finished, or still running when asked).
+    pub busy: Vec<Duration>,
+    /// Since the pool started.
+    pub elapsed: Duration,
+}
+
+struct Timeline {
+    start: Instant,
+    rounds: usize,
+    waited: Duration,
+    /// Since when the whole search has been waiting, while it is.
+    blocked_since: Option<Instant>,
+    busy: Vec<Duration>,
+    /// When each worker's current trial started.
+    running_since: Vec<Option<Instant>>,
+}
+
+impl Timeline {
+    fn new(workers: usize) -> Timeline {
+        Timeline {
+            start: Instant::now(),
+            rounds: 0,
+            waited: Duration::ZERO,
+            blocked_since: None,
+            busy: vec![Duration::ZERO; workers],
+            running_since: vec![None; workers],
+        }
+    }
+
+    /// Marks whether every searcher now waits on a trial (a new round begins) or not (it ends).
+    fn blocked(&mut self, now_blocked: bool) {
+        match (now_blocked, self.blocked_since) {
+            (true, None) => {
+                self.rounds += 1;
+                self.blocked_since = Some(Instant::now());
+            }
+            (false, Some(t)) => {
+                self.waited += t.elapsed();
+                self.blocked_since = None;
+            }
+            _ => {}
+        }
+    }
+
+    fn started(&mut self, worker: usize) {
+        self.running_since[worker] = Some(Instant::now());
+    }
+
+    fn ended(&mut self, worker: usize) {
+        if let Some(t) = self.running_since[worker].take() {
+            self.busy[worker] += t.elapsed();
+        }
+    }
+
+    fn stats(&self) -> PoolStats {
+        let so_far = |t: Option<Instant>| t.map(|t| t.elapsed()).unwrap_or_default();
+        PoolStats {
+            rounds: self.rounds,
+            waited: self.waited + so_far(self.blocked_since),
+            busy: self
+                .busy
+                .iter()
+                .zip(&self.running_since)
+                .map(|(b, r)| *b + so_far(*r))
+                .collect(),
+            elapsed: self.start.elapsed(),
+        }
+    }
 }
 
 impl<K: Clone + Eq + Hash> State<K> {
@@ -75,6 +155,12 @@ impl<K: Clone + Eq + Hash> State<K> {
             return None;
         }
         self.sure.pop_front().or_else(|| self.guesses.pop_front())
+    }
+
+    /// Tells the timeline whether the whole search now waits (after `waiting` or `forks` changed).
+    fn search_changed(&mut self) {
+        let all_waiting = self.waiting >= self.forks.max(1);
+        self.timeline.blocked(all_waiting);
     }
 }
 
@@ -112,6 +198,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> Pool<K> {
                 awaited: HashMap::new(),
                 waiting: 0,
                 stop: false,
+                timeline: Timeline::new(workers.len()),
             }),
             changed: Condvar::new(),
             on_start,
@@ -141,6 +228,11 @@ impl<K: Clone + Eq + Hash + Send + 'static> Pool<K> {
 
     pub fn workers(&self) -> usize {
         self.shared.lock().running.len()
+    }
+
+    /// Where the pool's time has gone so far.
+    pub fn stats(&self) -> PoolStats {
+        self.shared.lock().timeline.stats()
     }
 
     /// Trials finished so far (journaled), asked for or not.
@@ -182,6 +274,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> Pool<K> {
         if !st.done.contains_key(key) {
             st.waiting += 1;
             *st.awaited.entry(key.clone()).or_insert(0) += 1;
+            st.search_changed();
         }
         self.shared.changed.notify_all();
         loop {
@@ -199,13 +292,16 @@ impl<K: Clone + Eq + Hash + Send + 'static> Pool<K> {
     /// A thread of the search starts asking for trials beside the others (a fork); while forks
     /// exist, the thread that forked them asks for none.
     pub fn fork_searcher(&self) {
-        self.shared.lock().forks += 1;
+        let mut st = self.shared.lock();
+        st.forks += 1;
+        st.search_changed();
     }
 
     /// A fork is done asking.
     pub fn join_searcher(&self) {
         let mut st = self.shared.lock();
         st.forks = st.forks.saturating_sub(1);
+        st.search_changed();
         drop(st);
         self.shared.changed.notify_all();
     }
@@ -242,18 +338,21 @@ fn work<K: Clone + Eq + Hash>(shared: &Shared<K>, me: usize, runner: &dyn TrialR
             st = shared.changed.wait(st).unwrap_or_else(|e| e.into_inner());
         };
         st.running[me] = Some(key.clone());
+        st.timeline.started(me);
         drop(st);
         (shared.on_start)(me, Some(&key));
         let report = runner.run(&request);
         (shared.on_start)(me, None);
         let mut st = shared.lock();
         st.running[me] = None;
+        st.timeline.ended(me);
         if st.stop || crate::runner::interrupting() {
             return;
         }
         (shared.on_finish)(&key, &report);
         if let Some(n) = st.awaited.remove(&key) {
             st.waiting = st.waiting.saturating_sub(n);
+            st.search_changed();
         }
         st.done.insert(key, Finished { report, worker: me });
         drop(st);
@@ -351,5 +450,24 @@ mod tests {
         let mut j = journal.lock().unwrap().clone();
         j.sort();
         assert_eq!(j, vec![1, 7], "the guess ran, or the sure one did not");
+    }
+
+    /// A round is a wait of the whole search: a result started ahead and done before it is asked
+    /// for costs none; the workers' busy time is what their trials took.
+    #[test]
+    fn stats_count_rounds_and_busy_workers() {
+        let ran = Arc::new(AtomicUsize::new(0));
+        let journal = Arc::new(Mutex::new(vec![]));
+        let p = pool(2, &ran, &journal);
+        p.prefetch(vec![(2, req(20))], true);
+        p.get(&1, &req(120));
+        p.get(&2, &req(20));
+        p.get(&3, &req(30));
+        let st = p.stats();
+        assert_eq!(st.rounds, 2, "{st:?}");
+        let busy: Duration = st.busy.iter().sum();
+        assert!(busy >= Duration::from_millis(170), "{st:?}");
+        assert!(st.waited >= Duration::from_millis(150), "{st:?}");
+        assert!(st.waited <= st.elapsed && busy <= 2 * st.elapsed, "{st:?}");
     }
 }

@@ -3,6 +3,7 @@
 //! against the later ones.
 
 use oom_search::{Candidate, Diagnosis};
+use oom_trial::pool::PoolStats;
 use oom_trial::{TrialOutcome, TrialReport};
 use std::collections::HashMap;
 
@@ -30,7 +31,7 @@ pub fn bench(
         "  kernel cache: {}\n",
         kernel_cache
             .map(|p| p.display().to_string())
-            .unwrap_or_else(|| "off".into())
+            .unwrap_or_else(|| "none".into())
     );
     s
 }
@@ -124,4 +125,59 @@ fn per_trial(ran: &[&TrialReport]) -> String {
         s += &format!("  first trial {first:.2} s, later trials {later:.2} s on average\n");
     }
     s
+}
+
+/// The workers: what they ran, how often the whole search stood waiting on them (its rounds of
+/// dependent trials: with one worker, one per trial) and how busy each was.
+pub fn slots(labels: &[&str], st: &PoolStats, finished: usize, used: usize) -> String {
+    let wall = st.elapsed.as_secs_f64();
+    let share = |busy: f64| match wall > 0.0 {
+        true => format!("{:.0}%", 100.0 * busy / wall),
+        false => "-".into(),
+    };
+    let busy: Vec<f64> = st.busy.iter().map(|b| b.as_secs_f64()).collect();
+    let each: Vec<String> = labels
+        .iter()
+        .zip(&busy)
+        .map(|(l, b)| format!("{l} {}", share(*b)))
+        .collect();
+    let total = busy.iter().sum::<f64>() / busy.len().max(1) as f64;
+    format!(
+        "  workers: {}; {finished} trials run, {used} used by the search, {} started ahead and not \
+         needed\n  critical path: {} rounds of dependent trials (the search waiting on them {:.1} s of \
+         the {wall:.1} s)\n  busy: {} on average ({})\n",
+        labels.len(),
+        finished.saturating_sub(used),
+        st.rounds,
+        st.waited.as_secs_f64(),
+        share(total),
+        each.join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn slots_say_rounds_and_how_busy_each_worker_was() {
+        let st = PoolStats {
+            rounds: 7,
+            waited: Duration::from_secs(30),
+            busy: vec![Duration::from_secs(40), Duration::from_secs(20)],
+            elapsed: Duration::from_secs(40),
+        };
+        let s = slots(&["cpu:0", "cpu:1"], &st, 12, 10);
+        assert!(
+            s.contains("workers: 2; 12 trials run, 10 used by the search, 2 started ahead"),
+            "{s}"
+        );
+        assert!(s.contains("critical path: 7 rounds"), "{s}");
+        assert!(s.contains("30.0 s of the 40.0 s"), "{s}");
+        assert!(
+            s.contains("busy: 75% on average (cpu:0 100%, cpu:1 50%)"),
+            "{s}"
+        );
+    }
 }

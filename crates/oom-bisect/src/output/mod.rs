@@ -3,6 +3,7 @@
 //! formats; the commands orchestrate.
 
 pub mod bench;
+pub mod compiling;
 pub mod context;
 pub mod diagnosis;
 pub mod html;

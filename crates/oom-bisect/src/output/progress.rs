@@ -24,6 +24,8 @@ pub struct Progress {
     pub verbose: bool,
     /// Built-in trials on the CPU: after the first, say when the whole run will take long.
     pub slow_cpu: Option<SlowCpu>,
+    /// Watches the kernel cache for compiling trials (CUDA).
+    compiling: Option<super::compiling::Watch>,
 }
 
 /// What the warning about a long CPU run needs: the trials expected and how many run at once.
@@ -60,11 +62,21 @@ struct Board {
     /// Where each trial ran and how long it took there (the time between the search asking and
     /// getting an answer says nothing when trials start ahead).
     ran_on: HashMap<(Candidate, u32), (String, f64)>,
+    /// Some trial is compiling kernels now.
+    compiling: bool,
 }
 
 impl Board {
-    /// `cuda:0 ▸ batch=1 · cuda:1 ▸ idle`, for the bar.
+    /// `[cuda:0 ▸ batch=1 · cuda:1 ▸ idle] compiling kernels · `, for the bar (the workers only
+    /// when there are several).
     fn line(&self) -> String {
+        let compiling = match self.compiling {
+            true => "compiling kernels · ",
+            false => "",
+        };
+        if self.labels.is_empty() {
+            return compiling.into();
+        }
         let parts: Vec<String> = self
             .labels
             .iter()
@@ -74,7 +86,7 @@ impl Board {
                 None => format!("{l} ▸ idle"),
             })
             .collect();
-        format!("[{}] ", parts.join(" · "))
+        format!("[{}] {compiling}", parts.join(" · "))
     }
 }
 
@@ -104,7 +116,34 @@ impl Progress {
             board: Arc::default(),
             verbose: false,
             slow_cpu: None,
+            compiling: None,
         }
+    }
+
+    /// Marks the bar while trials compile kernels into `cache` (for a log without a bar: one line
+    /// the first time), so a slow trial is not mistaken for a slow configuration.
+    pub fn watch_compiling(&mut self, cache: Option<&std::path::Path>) {
+        let Some(dir) = cache.filter(|_| self.lines) else {
+            return;
+        };
+        let (board, bar) = (Arc::clone(&self.board), self.bar.clone());
+        let shown = dir.display().to_string();
+        let told = std::sync::atomic::AtomicBool::new(false);
+        self.compiling = Some(super::compiling::Watch::start(
+            dir.to_path_buf(),
+            move |on| {
+                let mut b = lock(&board);
+                b.compiling = on;
+                match &bar {
+                    Some(bar) => bar.set_prefix(b.line()),
+                    None if on && !told.swap(true, std::sync::atomic::Ordering::Relaxed) => tell!(
+                        "oom-bisect: trials are compiling GPU kernels into {shown}: the first \
+                         trials of each kind are slower for it; later ones reuse them"
+                    ),
+                    None => {}
+                }
+            },
+        ));
     }
 
     /// The pool's start hook: the bar shows what each worker runs, and each finished line where
@@ -226,7 +265,8 @@ impl Progress {
         }
     }
 
-    pub fn finish(&self) {
+    pub fn finish(&mut self) {
+        self.compiling = None;
         if let Some(b) = &self.bar {
             b.finish_and_clear();
         }

@@ -26,7 +26,12 @@ fn shrink_axes(
     opts: &SearchOptions,
     mut cur: Candidate,
 ) -> Candidate {
-    for _pass in 0..3 {
+    for pass in 0..3 {
+        if pass > 0 {
+            // A pass after one that moved an axis mostly confirms: its first probe on each axis,
+            // one step lower, is the passing neighbour the report shows. All at once.
+            s.expect(&below(space, &cur));
+        }
         let mut changed = false;
         for axis in &space.axes {
             let i = index_on(axis, &cur);
@@ -46,11 +51,36 @@ fn shrink_axes(
     cur
 }
 
+/// One step lower on each axis that has a step below `cur`.
+fn below(space: &Space, cur: &Candidate) -> Vec<Candidate> {
+    space
+        .axes
+        .iter()
+        .filter_map(|a| index_on(a, cur).checked_sub(1).map(|j| a.at(cur, j)))
+        .collect()
+}
+
+/// What the search already measured on `axis` at or below `i`, on top of `cur` (which runs out
+/// of memory at `i`): the lowest value known to run out of memory, and the highest known fit
+/// under it. The first axis of the first pass was searched with the others as configured, so its
+/// boundary is known before any trial here.
+fn known_bounds(s: &Session<'_>, axis: &Axis, cur: &Candidate, i: usize) -> (usize, Option<usize>) {
+    let outcome = |j: usize| s.known(&axis.at(cur, j)).map(|m| m.outcome);
+    let first_oom = (0..i)
+        .find(|&j| outcome(j) == Some(Outcome::Oom))
+        .unwrap_or(i);
+    let fit = (0..first_oom)
+        .rev()
+        .find(|&j| outcome(j) == Some(Outcome::Fits));
+    (first_oom, fit)
+}
+
 /// The first value at or below `i` on `axis` that still runs out of memory, on top of `cur` (which
-/// runs out of memory at `i`). Gallops down (1, 2, 4, … steps below `i`) until a value fits, then
-/// bisects between that fit and the lowest failure: the other axes have already been lowered, so
-/// the boundary is usually a few steps below, where bisecting the whole axis would cost its log.
-/// The first probe, one step lower, is the passing neighbour the report shows when it fits.
+/// runs out of memory at `i`). Starts from what is known; else gallops down (1, 2, 4, … steps below
+/// the lowest known failure) until a value fits. Then bisects between that fit and the lowest
+/// failure: the other axes have already been lowered, so the boundary is usually a few steps
+/// below, where bisecting the whole axis would cost its log. The first probe, one step lower, is
+/// the passing neighbour the report shows when it fits.
 fn lower_on(
     s: &mut Session<'_>,
     axis: &Axis,
@@ -58,24 +88,13 @@ fn lower_on(
     i: usize,
     opts: &SearchOptions,
 ) -> usize {
-    let gallop: Vec<Candidate> = std::iter::successors(Some(1usize), |st| Some(st * 2))
-        .take_while(|st| *st <= i)
-        .map(|st| axis.at(cur, i - st))
-        .chain((i & (i - 1) != 0).then(|| axis.at(cur, 0)))
-        .collect();
-    s.guess(&gallop);
-    let mut first_oom = i;
-    let mut step = 1;
-    let fit = loop {
-        let j = i.saturating_sub(step);
-        match s.measure(&axis.at(cur, j), Purpose::Minimise).outcome {
-            Outcome::Fits => break j,
-            Outcome::Oom if j == 0 => return 0,
-            Outcome::Oom => first_oom = j,
-            // Unmeasurable: keep what is known.
-            Outcome::Inconclusive => return first_oom,
-        }
-        step *= 2;
+    let (first_oom, fit) = match known_bounds(s, axis, cur, i) {
+        (first_oom, Some(fit)) => (first_oom, fit),
+        (0, None) => return 0,
+        (first_oom, None) => match gallop(s, axis, cur, first_oom) {
+            Ok(bounds) => bounds,
+            Err(lowest) => return lowest,
+        },
     };
     if first_oom - fit == 1 {
         return first_oom;
@@ -91,17 +110,42 @@ fn lower_on(
     }
 }
 
+/// Steps down from `i` (which runs out of memory) by 1, 2, 4, …: `(first_oom, fit)` once a value
+/// fits, else the answer itself (`Err`): the lowest value when even it runs out of memory, the
+/// lowest failure when a probe cannot be measured.
+fn gallop(
+    s: &mut Session<'_>,
+    axis: &Axis,
+    cur: &Candidate,
+    i: usize,
+) -> Result<(usize, usize), usize> {
+    let probes: Vec<Candidate> = std::iter::successors(Some(1usize), |st| Some(st * 2))
+        .take_while(|st| *st <= i)
+        .map(|st| axis.at(cur, i - st))
+        .chain((i & (i - 1) != 0).then(|| axis.at(cur, 0)))
+        .collect();
+    s.guess(&probes);
+    let mut first_oom = i;
+    let mut step = 1;
+    loop {
+        let j = i.saturating_sub(step);
+        match s.measure(&axis.at(cur, j), Purpose::Minimise).outcome {
+            Outcome::Fits => return Ok((first_oom, j)),
+            Outcome::Oom if j == 0 => return Err(0),
+            Outcome::Oom => first_oom = j,
+            // Unmeasurable: keep what is known.
+            Outcome::Inconclusive => return Err(first_oom),
+        }
+        step *= 2;
+    }
+}
+
 /// The smallest configuration that still runs out of memory: every monotone axis lowered to a
 /// fixpoint, every module kept as configured (the modules that matter are what `culprits` reports;
 /// swapping more of them only makes the configuration less like the user's).
 pub(crate) fn minimise(s: &mut Session<'_>, space: &Space, opts: &SearchOptions) -> Minimal {
     let cur = shrink_axes(s, space, opts, Candidate::original());
-    let below: Vec<Candidate> = space
-        .axes
-        .iter()
-        .filter_map(|a| index_on(a, &cur).checked_sub(1).map(|j| a.at(&cur, j)))
-        .collect();
-    s.expect(&below);
+    s.expect(&below(space, &cur));
     let measurement = s.measure(&cur, Purpose::Minimise);
     // The passing neighbours: one step lower on each axis. (The modules are 1-minimal by ddmin,
     // which measured each one-module-smaller set already; no module neighbour is measured again.)

@@ -225,6 +225,11 @@ impl<'a> Session<'a> {
         m
     }
 
+    /// The settled result of a candidate, if it has one; runs nothing.
+    pub fn known(&self, c: &Candidate) -> Option<&Measurement> {
+        self.cache.get(c)
+    }
+
     /// A deliberate re-run of a candidate (boundary confirmation); does not replace the cached result.
     pub fn rerun(&mut self, c: &Candidate, purpose: Purpose) -> Measurement {
         let next = self.next_rerun(c, 0);

@@ -582,6 +582,28 @@ fn full_diagnosis_is_consistent_and_1_minimal() {
     assert!(events.iter().any(|e| matches!(e, Event::Step { .. })));
 }
 
+/// The minimal failing configuration starts from what the axes measured: lowering the first axis
+/// with every other as configured is what its axis search did, so it costs no trial.
+#[test]
+fn the_minimal_search_reuses_the_first_axis_boundary() {
+    let mut o = Workload::new();
+    let opts = SearchOptions {
+        ceiling: Some(CEILING as u64),
+        ..Default::default()
+    };
+    let d = diagnose(&mut o, &mut |_| {}, &TestClock::default(), &space(), &opts);
+    let batch_alone = d
+        .trials
+        .iter()
+        .filter(|t| t.purpose == Purpose::Minimise)
+        .filter(|t| t.candidate.sets.keys().all(|k| k == "data.batch"))
+        .map(|t| t.candidate.to_string())
+        .collect::<Vec<_>>();
+    assert!(batch_alone.is_empty(), "measured again: {batch_alone:?}");
+    let m = d.minimal_failing.as_ref().unwrap();
+    assert_eq!(m.candidate.get("data.batch"), Some("5"), "{m:?}");
+}
+
 #[test]
 fn trial_budget_gives_inconclusive_not_guesses() {
     let mut o = Workload::new();

@@ -157,6 +157,25 @@ impl<K: Clone + Eq + Hash> State<K> {
         self.sure.pop_front().or_else(|| self.guesses.pop_front())
     }
 
+    /// Queues hints (see [`Pool::prefetch`]): new sure trials ahead of older ones, for the newest
+    /// are the search's next steps and the older (a fan-out of fixes and modules) can wait for a
+    /// worker nobody else needs; new guesses replace the old.
+    fn queue(&mut self, items: Vec<(K, Request)>, sure: bool) {
+        if !sure {
+            self.guesses.clear();
+        }
+        let mut new: Vec<(K, Request)> = vec![];
+        for (k, r) in items {
+            if !self.known(&k) && !new.iter().any(|(n, _)| *n == k) {
+                new.push((k, r));
+            }
+        }
+        match sure {
+            true => new.into_iter().rev().for_each(|i| self.sure.push_front(i)),
+            false => self.guesses.extend(new),
+        }
+    }
+
     /// Tells the timeline whether the whole search now waits (after `waiting` or `forks` changed).
     fn search_changed(&mut self) {
         let all_waiting = self.waiting >= self.forks.max(1);
@@ -240,26 +259,14 @@ impl<K: Clone + Eq + Hash + Send + 'static> Pool<K> {
         self.shared.lock().done.len()
     }
 
-    /// Trials that will (`sure`) or may be asked for, most urgent first. New guesses replace the
-    /// guesses not yet started; what is already known, queued or running is not queued again.
+    /// Trials that will (`sure`) or may be asked for, most urgent first; new sure trials go ahead
+    /// of older ones. New guesses replace the guesses not yet started; what is already known,
+    /// queued or running is not queued again.
     pub fn prefetch(&self, items: Vec<(K, Request)>, sure: bool) {
         if !sure && !self.guesses {
             return;
         }
-        let mut st = self.shared.lock();
-        if !sure {
-            st.guesses.clear();
-        }
-        for (k, r) in items {
-            if !st.known(&k) {
-                if sure {
-                    st.sure.push_back((k, r));
-                } else {
-                    st.guesses.push_back((k, r));
-                }
-            }
-        }
-        drop(st);
+        self.shared.lock().queue(items, sure);
         self.shared.changed.notify_all();
     }
 
@@ -469,5 +476,28 @@ mod tests {
         assert!(busy >= Duration::from_millis(170), "{st:?}");
         assert!(st.waited >= Duration::from_millis(150), "{st:?}");
         assert!(st.waited <= st.elapsed && busy <= 2 * st.elapsed, "{st:?}");
+    }
+
+    /// The search's newest sure hints run before older ones (its next step before a fan-out for
+    /// later); guesses come after every sure trial, and a known trial is not queued twice.
+    #[test]
+    fn newer_sure_trials_go_first() {
+        let mut st = State {
+            wanted: VecDeque::new(),
+            sure: VecDeque::new(),
+            guesses: VecDeque::new(),
+            running: vec![None; 4],
+            done: HashMap::new(),
+            forks: 0,
+            awaited: HashMap::new(),
+            waiting: 1,
+            stop: false,
+            timeline: Timeline::new(4),
+        };
+        st.queue(vec![(1, req(1)), (2, req(1))], true);
+        st.queue(vec![(9, req(1))], false);
+        st.queue(vec![(3, req(1)), (4, req(1)), (1, req(1))], true);
+        let order: Vec<u32> = std::iter::from_fn(|| st.take().map(|(k, _)| k)).collect();
+        assert_eq!(order, vec![3, 4, 1, 2, 9]);
     }
 }

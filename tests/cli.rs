@@ -570,6 +570,7 @@ fn fake_bench_prints_the_report_writes_json_and_confirms_three_times() {
         "critical path: ",
         "rounds of dependent trials",
         "busy: ",
+        "rounds by step: original ",
     ] {
         assert!(t.contains(w), "bench output lacks {w}:\n{t}");
     }

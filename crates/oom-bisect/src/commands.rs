@@ -72,6 +72,8 @@ pub struct BisectRun {
     pub trials_finished: usize,
     /// Rounds of dependent trials and the workers' busy time (for `bench`).
     pub pool: oom_trial::pool::PoolStats,
+    /// The rounds by step of the search (for `bench`).
+    pub steps: output::bench::Steps,
     /// The kernel cache the trials used (burn's CUDA trials only).
     pub kernel_cache: Option<PathBuf>,
 }
@@ -111,9 +113,15 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     };
     let mut oracle = TrialOracle::new(&w.config, &st.device, &pool, journal);
     let clock = WallClock(Instant::now());
+    let mut steps = output::bench::Steps::default();
     let d = diagnose(
         &mut oracle,
-        &mut |e| progress.on(e),
+        &mut |e| {
+            if let oom_search::Event::Step { name } = e {
+                steps.mark(name, &pool.stats());
+            }
+            progress.on(e)
+        },
         &clock,
         &space,
         &st.search,
@@ -139,6 +147,7 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
         resumed,
         trials_finished,
         pool: pool_stats,
+        steps,
         kernel_cache: runner.kernel_cache,
         settings: st,
         dispatch,
@@ -463,9 +472,12 @@ pub fn bench(args: &BenchArgs) -> Result<i32> {
         .map(|s| s.label.as_str())
         .collect();
     let used = run.diagnosis.trials.len() - run.resumed;
+    let walls: Vec<f64> = run.reports.values().map(|r| r.wall_seconds).collect();
+    let mean_trial = (!walls.is_empty()).then(|| walls.iter().sum::<f64>() / walls.len() as f64);
     show!(
         "{}",
-        output::bench::slots(&slots, &run.pool, run.trials_finished, used)
+        output::bench::slots(&slots, &run.pool, (run.trials_finished, used), mean_trial)
     );
+    show!("{}", run.steps.line(&run.pool));
     Ok(code)
 }

@@ -56,12 +56,16 @@ struct State<K> {
     timeline: Timeline,
 }
 
-/// Where a pool's time went, for `bench`: how often the whole search stood waiting on trials (the
-/// rounds of dependent trials, its critical path) and how busy each worker was.
+/// Where a pool's time went, for `bench`: the rounds of dependent trials (the search's critical
+/// path) and how busy each worker was.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PoolStats {
-    /// Times every searcher was waiting on a trial: each round is at least one trial long.
+    /// The longest chain of trials started when the search asked for them (each a whole trial's
+    /// wait); searchers side by side (forks) count as long as their longest chain. With one
+    /// worker, one per trial.
     pub rounds: usize,
+    /// Waits on trials started ahead and still running when asked for (part of a trial each).
+    pub caught_up: usize,
     /// Time the whole search spent waiting on trials.
     pub waited: Duration,
     /// Per worker, time spent running trials (finished, or still running when asked).
@@ -72,7 +76,11 @@ pub struct PoolStats {
 
 struct Timeline {
     start: Instant,
+    /// Rounds of the search while it is one thread, and of every fork period that has ended.
     rounds: usize,
+    /// While the search is forked: each fork's rounds, by its thread.
+    fork_rounds: HashMap<std::thread::ThreadId, usize>,
+    caught_up: usize,
     waited: Duration,
     /// Since when the whole search has been waiting, while it is.
     blocked_since: Option<Instant>,
@@ -86,6 +94,8 @@ impl Timeline {
         Timeline {
             start: Instant::now(),
             rounds: 0,
+            fork_rounds: HashMap::new(),
+            caught_up: 0,
             waited: Duration::ZERO,
             blocked_since: None,
             busy: vec![Duration::ZERO; workers],
@@ -93,11 +103,31 @@ impl Timeline {
         }
     }
 
-    /// Marks whether every searcher now waits on a trial (a new round begins) or not (it ends).
+    /// A searcher (this thread) waits on a trial: a round of its chain if the trial starts only
+    /// now, else part of one.
+    fn waits(&mut self, forked: bool, started_ahead: bool) {
+        let me = std::thread::current().id();
+        match (started_ahead, forked) {
+            (true, _) => self.caught_up += 1,
+            (false, true) => *self.fork_rounds.entry(me).or_insert(0) += 1,
+            (false, false) => self.rounds += 1,
+        }
+    }
+
+    /// The forks have all ended: their longest chain joins the critical path.
+    fn joined(&mut self) {
+        self.rounds += self.longest_fork();
+        self.fork_rounds.clear();
+    }
+
+    fn longest_fork(&self) -> usize {
+        self.fork_rounds.values().copied().max().unwrap_or(0)
+    }
+
+    /// Marks whether every searcher now waits on a trial or not: the time the search waited.
     fn blocked(&mut self, now_blocked: bool) {
         match (now_blocked, self.blocked_since) {
             (true, None) => {
-                self.rounds += 1;
                 self.blocked_since = Some(Instant::now());
             }
             (false, Some(t)) => {
@@ -121,7 +151,8 @@ impl Timeline {
     fn stats(&self) -> PoolStats {
         let so_far = |t: Option<Instant>| t.map(|t| t.elapsed()).unwrap_or_default();
         PoolStats {
-            rounds: self.rounds,
+            rounds: self.rounds + self.longest_fork(),
+            caught_up: self.caught_up,
             waited: self.waited + so_far(self.blocked_since),
             busy: self
                 .busy
@@ -275,12 +306,15 @@ impl<K: Clone + Eq + Hash + Send + 'static> Pool<K> {
         let mut st = self.shared.lock();
         st.sure.retain(|(k, _)| k != key);
         st.guesses.retain(|(k, _)| k != key);
+        let started_ahead = st.running.iter().flatten().any(|r| r == key);
         if !st.known(key) {
             st.wanted.push_back((key.clone(), request.clone()));
         }
         if !st.done.contains_key(key) {
             st.waiting += 1;
             *st.awaited.entry(key.clone()).or_insert(0) += 1;
+            let forked = st.forks > 0;
+            st.timeline.waits(forked, started_ahead);
             st.search_changed();
         }
         self.shared.changed.notify_all();
@@ -308,6 +342,9 @@ impl<K: Clone + Eq + Hash + Send + 'static> Pool<K> {
     pub fn join_searcher(&self) {
         let mut st = self.shared.lock();
         st.forks = st.forks.saturating_sub(1);
+        if st.forks == 0 {
+            st.timeline.joined();
+        }
         st.search_changed();
         drop(st);
         self.shared.changed.notify_all();
@@ -499,5 +536,31 @@ mod tests {
         st.queue(vec![(3, req(1)), (4, req(1)), (1, req(1))], true);
         let order: Vec<u32> = std::iter::from_fn(|| st.take().map(|(k, _)| k)).collect();
         assert_eq!(order, vec![3, 4, 1, 2, 9]);
+    }
+
+    /// Searchers side by side count as long as their longest chain: one fork waits twice, the other
+    /// once, and the search, alone again, once more.
+    #[test]
+    fn forks_count_as_their_longest_chain() {
+        let ran = Arc::new(AtomicUsize::new(0));
+        let journal = Arc::new(Mutex::new(vec![]));
+        let p = Arc::new(pool(3, &ran, &journal));
+        p.fork_searcher();
+        p.fork_searcher();
+        let fork = |keys: Vec<u32>| {
+            let p = Arc::clone(&p);
+            std::thread::spawn(move || {
+                for k in keys {
+                    p.get(&k, &req(30));
+                }
+                p.join_searcher();
+            })
+        };
+        let (a, b) = (fork(vec![1, 2]), fork(vec![3]));
+        a.join().unwrap();
+        b.join().unwrap();
+        assert_eq!(p.stats().rounds, 2);
+        p.get(&4, &req(10));
+        assert_eq!(p.stats().rounds, 3);
     }
 }

@@ -127,9 +127,14 @@ fn per_trial(ran: &[&TrialReport]) -> String {
     s
 }
 
-/// The workers: what they ran, how often the whole search stood waiting on them (its rounds of
-/// dependent trials: with one worker, one per trial) and how busy each was.
-pub fn slots(labels: &[&str], st: &PoolStats, finished: usize, used: usize) -> String {
+/// The workers: what they ran, the search's critical path (its rounds of dependent trials, and
+/// how long it waited in units of a mean trial, `mean_trial` seconds) and how busy each worker was.
+pub fn slots(
+    labels: &[&str],
+    st: &PoolStats,
+    (finished, used): (usize, usize),
+    mean_trial: Option<f64>,
+) -> String {
     let wall = st.elapsed.as_secs_f64();
     let share = |busy: f64| match wall > 0.0 {
         true => format!("{:.0}%", 100.0 * busy / wall),
@@ -142,17 +147,72 @@ pub fn slots(labels: &[&str], st: &PoolStats, finished: usize, used: usize) -> S
         .map(|(l, b)| format!("{l} {}", share(*b)))
         .collect();
     let total = busy.iter().sum::<f64>() / busy.len().max(1) as f64;
-    format!(
+    let waited = st.waited.as_secs_f64();
+    let trials = match mean_trial.filter(|m| *m > 0.0) {
+        Some(m) => format!(
+            ", about {:.0} trials end to end at {m:.1} s a trial",
+            waited / m
+        ),
+        None => String::new(),
+    };
+    let mut s = format!(
         "  workers: {}; {finished} trials run, {used} used by the search, {} started ahead and not \
-         needed\n  critical path: {} rounds of dependent trials (the search waiting on them {:.1} s of \
-         the {wall:.1} s)\n  busy: {} on average ({})\n",
+         needed\n",
         labels.len(),
         finished.saturating_sub(used),
-        st.rounds,
-        st.waited.as_secs_f64(),
+    );
+    s += &format!(
+        "  critical path: {} rounds of dependent trials (each a trial started when asked for) and {} \
+         waits on trials started ahead; the search waited {waited:.1} s of the {wall:.1} s{trials}\n",
+        st.rounds, st.caught_up
+    );
+    s += &format!(
+        "  busy: {} on average ({})\n",
         share(total),
         each.join(", ")
-    )
+    );
+    s
+}
+
+/// Where the rounds went: the pool's figures at the start of each step of the search (the axes,
+/// searched side by side, count as one step), for `bench`.
+#[derive(Debug, Default)]
+pub struct Steps {
+    marks: Vec<(String, u64, f64)>,
+}
+
+impl Steps {
+    /// The search starts the step `name` (an `Event::Step`) with the pool at `at`.
+    pub fn mark(&mut self, name: &str, at: &PoolStats) {
+        let group = match name.split_once(' ') {
+            Some(("axis", _)) => "axes",
+            Some(("capacity", _)) => "capacity",
+            _ => name,
+        };
+        if self.marks.last().is_some_and(|(g, _, _)| g == group) {
+            return;
+        }
+        self.marks
+            .push((group.into(), at.rounds as u64, at.elapsed.as_secs_f64()));
+    }
+
+    /// `original 2 (2.0 s), axes 9 (14.1 s), …`: each step's rounds and time, the first (the
+    /// original, and what it needs) up to the first mark, the last up to `end`.
+    pub fn line(&self, end: &PoolStats) -> String {
+        let mut bounds = vec![("original".to_string(), 0, 0.0)];
+        bounds.extend(self.marks.iter().cloned());
+        let ends = bounds
+            .iter()
+            .skip(1)
+            .map(|(_, r, t)| (*r, *t))
+            .chain([(end.rounds as u64, end.elapsed.as_secs_f64())]);
+        let parts: Vec<String> = bounds
+            .iter()
+            .zip(ends)
+            .map(|((g, r0, t0), (r1, t1))| format!("{g} {} ({:.1} s)", r1 - r0, t1 - t0))
+            .collect();
+        format!("  rounds by step: {}\n", parts.join(", "))
+    }
 }
 
 #[cfg(test)]
@@ -164,20 +224,47 @@ mod tests {
     fn slots_say_rounds_and_how_busy_each_worker_was() {
         let st = PoolStats {
             rounds: 7,
+            caught_up: 3,
             waited: Duration::from_secs(30),
             busy: vec![Duration::from_secs(40), Duration::from_secs(20)],
             elapsed: Duration::from_secs(40),
         };
-        let s = slots(&["cpu:0", "cpu:1"], &st, 12, 10);
+        let s = slots(&["cpu:0", "cpu:1"], &st, (12, 10), Some(2.0));
         assert!(
             s.contains("workers: 2; 12 trials run, 10 used by the search, 2 started ahead"),
             "{s}"
         );
         assert!(s.contains("critical path: 7 rounds"), "{s}");
-        assert!(s.contains("30.0 s of the 40.0 s"), "{s}");
+        assert!(s.contains("3 waits on trials started ahead"), "{s}");
+        assert!(
+            s.contains("30.0 s of the 40.0 s, about 15 trials end to end at 2.0 s"),
+            "{s}"
+        );
         assert!(
             s.contains("busy: 75% on average (cpu:0 100%, cpu:1 50%)"),
             "{s}"
+        );
+    }
+
+    #[test]
+    fn rounds_are_counted_by_step_with_the_axes_as_one() {
+        let at = |rounds, secs| PoolStats {
+            rounds,
+            caught_up: 0,
+            waited: Duration::ZERO,
+            busy: vec![],
+            elapsed: Duration::from_secs(secs),
+        };
+        let mut st = Steps::default();
+        st.mark("axis batch", &at(2, 2));
+        st.mark("axis size", &at(2, 2));
+        st.mark("fixes", &at(9, 16));
+        st.mark("modules", &at(9, 16));
+        st.mark("minimal failing", &at(10, 18));
+        assert_eq!(
+            st.line(&at(16, 30)),
+            "  rounds by step: original 2 (2.0 s), axes 7 (14.0 s), fixes 0 (0.0 s), \
+             modules 1 (2.0 s), minimal failing 6 (12.0 s)\n"
         );
     }
 }

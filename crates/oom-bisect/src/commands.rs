@@ -473,7 +473,7 @@ pub fn bench(args: &BenchArgs) -> Result<i32> {
         .collect();
     let used = run.diagnosis.trials.len() - run.resumed;
     let walls: Vec<f64> = run.reports.values().map(|r| r.wall_seconds).collect();
-    let mean_trial = (!walls.is_empty()).then(|| walls.iter().sum::<f64>() / walls.len() as f64);
+    let mean_trial = output::bench::mean(&walls);
     show!(
         "{}",
         output::bench::slots(&slots, &run.pool, (run.trials_finished, used), mean_trial)

@@ -52,7 +52,7 @@ impl Dispatch {
             Ok("off") => d.guesses = false,
             Ok(other) => {
                 return Err(usage(&format!(
-                    "{GUESSES_ENV}={other}: `on` or `off` (unset: off where trials share a GPU)"
+                    "{GUESSES_ENV}={other}: `on` or `off` (unset: off where trials share a device)"
                 )))
             }
         }

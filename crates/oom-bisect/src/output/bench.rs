@@ -55,7 +55,7 @@ fn axes(d: &Diagnosis) -> String {
 
 /// The mean, or nothing when nothing was measured (a `--exec` command builds no model and reports
 /// no steps: its rows are left out rather than shown as 0 s).
-fn mean(v: &[f64]) -> Option<f64> {
+pub fn mean(v: &[f64]) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
 

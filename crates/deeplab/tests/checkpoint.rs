@@ -59,9 +59,15 @@ fn loss_and_grads(model: &DeepLabV3Plus<B>, x: &Tensor<B, 4>) -> (f32, Gradients
     (value, params)
 }
 
-/// Every trainable parameter's gradient in `a` and `b`: present in both or in neither, and equal.
-fn assert_same_grads(model: &DeepLabV3Plus<B>, a: &GradientsParams, b: &GradientsParams) -> usize {
-    struct Compare<'a>(&'a GradientsParams, &'a GradientsParams, usize);
+/// Every trainable parameter's gradient in `a` and `b`: present in both or in neither, and equal
+/// within `rel` of the gradient's largest value.
+fn assert_same_grads(
+    model: &DeepLabV3Plus<B>,
+    a: &GradientsParams,
+    b: &GradientsParams,
+    rel: f32,
+) -> usize {
+    struct Compare<'a>(&'a GradientsParams, &'a GradientsParams, usize, f32);
     impl ModuleVisitor<B> for Compare<'_> {
         fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<B, D>>) {
             let (a, b) = (self.0.get::<Flex, D>(p.id), self.1.get::<Flex, D>(p.id));
@@ -71,7 +77,11 @@ fn assert_same_grads(model: &DeepLabV3Plus<B>, a: &GradientsParams, b: &Gradient
                     let diff: f32 = (a - b).abs().max().into_scalar();
                     // With a floor for gradients that are zero but for rounding (the key
                     // projection's bias: softmax does not see it).
-                    assert!(diff <= 1e-4 * scale + 1e-7, "{:?}: {diff} of {scale}", p.id);
+                    assert!(
+                        diff <= self.3 * scale + 1e-7,
+                        "{:?}: {diff} of {scale}",
+                        p.id
+                    );
                     self.2 += 1;
                 }
                 (None, None) => {}
@@ -83,7 +93,7 @@ fn assert_same_grads(model: &DeepLabV3Plus<B>, a: &GradientsParams, b: &Gradient
             }
         }
     }
-    let mut c = Compare(a, b, 0);
+    let mut c = Compare(a, b, 0, rel);
     model.visit(&mut c);
     c.2
 }
@@ -107,7 +117,8 @@ fn check(extra: &[&str]) {
         (with - without).abs() <= 1e-4 * without.abs().max(1.0),
         "{with} vs {without}"
     );
-    let compared = assert_same_grads(&model, &checkpointed, &plain);
+    // The same ops recomputed: equal but for rounding.
+    let compared = assert_same_grads(&model, &checkpointed, &plain, 1e-4);
     // The stem's convolution gets its gradient through the chain's input.
     let conv1 = model.backbone.conv1.weight.id;
     assert!(checkpointed.get::<Flex, 4>(conv1).is_some(), "{extra:?}");
@@ -146,6 +157,8 @@ fn efficient_attention_is_the_models_attention() {
         "model.truncate_after=\"attention\"",
     ]);
     let device = Default::default();
+    // Weights and batch from a seed: the same case every run.
+    B::seed(&device, 3);
     let mut model = DeepLabV3Plus::<B>::new(Architecture::new(&c).unwrap(), &device);
     model.materialize();
     let x = Tensor::<B, 4>::random([2, 3, 32, 32], Distribution::Normal(0.0, 1.0), &device);
@@ -155,5 +168,8 @@ fn efficient_attention_is_the_models_attention() {
     B::seed(&device, 7);
     let (eff_loss, eff) = loss_and_grads(&model, &x);
     assert!((math_loss - eff_loss).abs() <= 1e-4 * math_loss.abs().max(1.0));
-    assert!(assert_same_grads(&model, &eff, &math) > 20);
+    // The softmax summed in chunks, in another order: rounding differs, and it carries back
+    // through every layer below (1.6e-4 of a gradient's scale seen once at 1e-4). A wrong
+    // gradient is off by its own size.
+    assert!(assert_same_grads(&model, &eff, &math, 1e-3) > 20);
 }

@@ -329,8 +329,13 @@ impl Search<'_> {
             }
             let guess = predictor.next_guess(lo, hi, &open);
             let i = guess.unwrap_or_else(|| nearest_middle(lo, hi, &open));
-            let next: Vec<Candidate> = next_probes(i, lo, hi, &open, guess.is_some())
+            let follow_ups = match guess {
+                Some(_) => predictor.follow_ups(i),
+                None => middles(i, lo, hi, &open),
+            };
+            let next: Vec<Candidate> = follow_ups
                 .into_iter()
+                .filter(|j| open.contains(j) && *j != i)
                 .map(|j| self.axis.at(self.base, j))
                 .collect();
             s.guess(&next);
@@ -450,18 +455,12 @@ fn tally(outcomes: &[Outcome], want: Outcome) -> String {
     )
 }
 
-/// The probes that may follow probing `i` between `lo` and `hi`: its neighbours after a predicted
-/// probe (the predictor steps to one of them), else the middles of both halves.
-fn next_probes(i: usize, lo: usize, hi: usize, open: &[usize], predicted: bool) -> Vec<usize> {
+/// The probes that may follow a plain bisection probe `i` between `lo` and `hi`: the middles of
+/// both halves.
+fn middles(i: usize, lo: usize, hi: usize, open: &[usize]) -> Vec<usize> {
     let inside = |a: usize, b: usize| -> Vec<usize> {
         open.iter().copied().filter(|j| *j > a && *j < b).collect()
     };
-    if predicted {
-        return [i + 1, i.wrapping_sub(1)]
-            .into_iter()
-            .filter(|j| open.contains(j) && *j != i)
-            .collect();
-    }
     [(i, hi), (lo, i)]
         .into_iter()
         .filter_map(|(a, b)| {

@@ -9,6 +9,9 @@ use crate::{Axis, Measurement, Outcome};
 /// (its line came from points far from the boundary): predict again instead of probing its neighbour.
 const FAR_BELOW: f64 = 0.8;
 
+/// Predicted probes before plain bisection: the prediction, its neighbour and a gallop of four.
+const PREDICTED_PROBES: u32 = 6;
+
 /// `points`: `(x, peak)` of trials that fit. `base`: memory that does not scale with `x` (parameters,
 /// optimizer state, context), when measured. Returns the index of the largest value in `xs` whose
 /// predicted peak stays at or under `ceiling`, or `None` when there is nothing to fit a line to.
@@ -50,8 +53,12 @@ pub fn predict_boundary(
 /// context; what the device held beyond the live tensors at the largest fit is taken off the ceiling.
 ///
 /// The policy: probe the predicted last fit; if the prediction was right, its neighbour closes the
-/// interval. A predicted value that fits far below the ceiling predicts once more from the points it
-/// added. Two predicted probes (three with the re-prediction), then plain bisection.
+/// interval. Where the neighbour has the same outcome the prediction was off, and the probes gallop
+/// from it, each twice as far as the one before, until the outcome turns (the device's slack grows
+/// with the batch, so a line through small fits overshoots by a few steps, not by half the axis).
+/// A predicted value that fits far below the ceiling predicts once more from the points it added.
+/// At most [`PREDICTED_PROBES`] predicted probes (one more with the re-prediction), then plain
+/// bisection.
 pub(crate) struct Predictor {
     xs: Vec<Option<f64>>,
     ceiling: f64,
@@ -62,6 +69,8 @@ pub(crate) struct Predictor {
     left: u32,
     /// The last predicted probe: its index, outcome, and whether it fit far below the ceiling.
     last: Option<(usize, Outcome, bool)>,
+    /// Predicted probes in a row with the same outcome, less one: the next steps `2^streak` away.
+    streak: u32,
     repredicted: bool,
 }
 
@@ -74,8 +83,13 @@ impl Predictor {
             fit_points: vec![],
             base_bytes: None,
             overhead: 0.0,
-            left: if predict && ceiling.is_some() { 2 } else { 0 },
+            left: if predict && ceiling.is_some() {
+                PREDICTED_PROBES
+            } else {
+                0
+            },
             last: None,
+            streak: 0,
             repredicted: false,
         }
     }
@@ -95,6 +109,10 @@ impl Predictor {
 
     /// The outcome of the predicted probe at value `index`.
     pub(crate) fn note_predicted(&mut self, index: usize, m: &Measurement) {
+        match self.last {
+            Some((_, before, _)) if before == m.outcome => self.streak += 1,
+            _ => self.streak = 0,
+        }
         let far_below = !self.repredicted
             && m.peak_bytes
                 .is_some_and(|b| (b as f64) < FAR_BELOW * self.ceiling);
@@ -111,8 +129,8 @@ impl Predictor {
             self.left += 1;
         }
         let guess = match self.last {
-            Some((i, Outcome::Fits, false)) => Some(i + 1),
-            Some((i, Outcome::Oom, _)) => i.checked_sub(1),
+            Some((i, Outcome::Fits, false)) => Some(i + self.step()),
+            Some((i, Outcome::Oom, _)) => i.checked_sub(self.step()),
             Some((_, Outcome::Inconclusive, _)) => None,
             None | Some((_, Outcome::Fits, true)) => self.predict(lo, hi),
         };
@@ -126,6 +144,23 @@ impl Predictor {
                 None
             }
         }
+    }
+
+    /// How far the next probe after a predicted one lies from it.
+    fn step(&self) -> usize {
+        1 << self.streak.min(16)
+    }
+
+    /// The probes that may follow the predicted probe at `i`, whichever its outcome: a step twice
+    /// as far if it repeats the last outcome, its neighbour if it turns it.
+    pub(crate) fn follow_ups(&self, i: usize) -> Vec<usize> {
+        let far = 2 * self.step();
+        let probes = match self.last {
+            Some((_, Outcome::Oom, _)) => [i.checked_sub(far), Some(i + 1)],
+            Some((_, Outcome::Fits, false)) => [Some(i + far), i.checked_sub(1)],
+            _ => [Some(i + 1), i.checked_sub(1)],
+        };
+        probes.into_iter().flatten().collect()
     }
 
     /// The predicted last fitting value, kept inside the open interval: a prediction at or below

@@ -324,6 +324,62 @@ fn prediction_uses_live_tensors_where_device_peaks_are_paged() {
     assert!(r.trials <= 5, "{} trials: {probed:?}", r.trials);
 }
 
+/// A capacity search as the H200 measured it (R50 OS16 512², GPU run 28): the device holds more
+/// beside the live tensors the larger the batch, so a line through the original's live tensors
+/// overshoots the boundary by a few batches. Live 0.3 GiB + 0.6 GiB a sample, the device 0.5 GiB
+/// + 0.04 GiB a sample above that: batch 4 fits, the line predicts 38, 36 fits and 37 does not.
+struct GrowingSlack;
+
+impl Oracle for GrowingSlack {
+    fn run(&mut self, c: &Candidate, _: u32) -> Measurement {
+        let b: f64 = c.get("data.batch").map_or(4.0, |v| v.parse().unwrap());
+        let g = (1u64 << 30) as f64;
+        let live = 0.3 + 0.6 * b;
+        let device = live + 0.5 + 0.04 * b;
+        let mut m = Measurement::new(if device <= 24.0 {
+            Outcome::Fits
+        } else {
+            Outcome::Oom
+        });
+        if m.outcome == Outcome::Fits {
+            m.peak_bytes = Some((device * g) as u64);
+            m.peak_in_use_bytes = Some((live * g) as u64);
+            m.base_bytes = Some((0.3 * g) as u64);
+        }
+        m
+    }
+}
+
+#[test]
+fn an_overshooting_prediction_gallops_back_instead_of_bisecting_the_axis() {
+    let a = Axis {
+        original: 3,
+        ..axis("batch", "data.batch", 64)
+    };
+    let mut o = GrowingSlack;
+    let mut probed: Vec<String> = vec![];
+    let mut ev = |e: &Event| {
+        if let Event::TrialStarted { candidate, .. } = e {
+            probed.push(candidate.get("data.batch").unwrap_or("4").to_string());
+        }
+    };
+    let clock = TestClock::default();
+    let mut s = session(&mut o, &mut ev, &clock);
+    s.measure(&Candidate::original(), Purpose::Original);
+    let r = bisect_axis(
+        &mut s,
+        &a,
+        &Candidate::original(),
+        3,
+        63,
+        &opts(24 << 30, true, 0),
+    );
+    check(64, 36, &r, false);
+    // The top end, the prediction 38 and its neighbour 37 (both out of memory), then 35 (two
+    // below: fits) and 36. Bisecting [4, 37] after the neighbour took eight trials in all.
+    assert_eq!(probed, ["4", "64", "38", "37", "35", "36"], "{r:?}");
+}
+
 /// A batch axis whose values below `boundary` fit and above it do not, and `boundary` itself fits
 /// on its run number `attempt` only: a flaky boundary.
 struct FitsOnAttempt {

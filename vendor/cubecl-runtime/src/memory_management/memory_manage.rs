@@ -1,7 +1,6 @@
 use super::{
-    MemoryConfiguration, MemoryPoolOptions, MemoryUsage, PoolType,
-    memory_pool::{ExclusiveMemoryPool, MemoryPool, PersistentPool, SegmentPool, SlicedPool},
-    oom_bisect,
+    MemoryConfiguration, MemoryPoolOptions, MemoryUsage, PoolType, oom_bisect,
+    memory_pool::{ExclusiveMemoryPool, MemoryPool, PersistentPool, SlicedPool},
 };
 use crate::{
     config::{
@@ -30,7 +29,6 @@ pub use super::memory_pool::{ManagedMemoryBinding, handle::*};
 enum DynamicPool {
     Sliced(SlicedPool),
     Exclusive(ExclusiveMemoryPool),
-    Segments(SegmentPool),
 }
 
 impl MemoryPool for DynamicPool {
@@ -38,7 +36,6 @@ impl MemoryPool for DynamicPool {
         match self {
             DynamicPool::Sliced(pool) => pool.accept(size),
             DynamicPool::Exclusive(pool) => pool.accept(size),
-            DynamicPool::Segments(pool) => pool.accept(size),
         }
     }
 
@@ -46,7 +43,6 @@ impl MemoryPool for DynamicPool {
         match self {
             DynamicPool::Sliced(m) => m.find(binding),
             DynamicPool::Exclusive(m) => m.find(binding),
-            DynamicPool::Segments(m) => m.find(binding),
         }
     }
 
@@ -55,7 +51,6 @@ impl MemoryPool for DynamicPool {
         match self {
             DynamicPool::Sliced(m) => m.try_reserve(size),
             DynamicPool::Exclusive(m) => m.try_reserve(size),
-            DynamicPool::Segments(m) => m.try_reserve(size),
         }
     }
 
@@ -71,7 +66,6 @@ impl MemoryPool for DynamicPool {
         match self {
             DynamicPool::Sliced(m) => m.alloc(storage, size),
             DynamicPool::Exclusive(m) => m.alloc(storage, size),
-            DynamicPool::Segments(m) => m.alloc(storage, size),
         }
     }
 
@@ -79,7 +73,6 @@ impl MemoryPool for DynamicPool {
         match self {
             DynamicPool::Sliced(m) => m.get_memory_usage(),
             DynamicPool::Exclusive(m) => m.get_memory_usage(),
-            DynamicPool::Segments(m) => m.get_memory_usage(),
         }
     }
 
@@ -92,7 +85,6 @@ impl MemoryPool for DynamicPool {
         match self {
             DynamicPool::Sliced(m) => m.cleanup(storage, alloc_nr, explicit),
             DynamicPool::Exclusive(m) => m.cleanup(storage, alloc_nr, explicit),
-            DynamicPool::Segments(m) => m.cleanup(storage, alloc_nr, explicit),
         };
         storage.flush();
     }
@@ -106,7 +98,6 @@ impl MemoryPool for DynamicPool {
         match self {
             DynamicPool::Sliced(m) => m.bind(reserved, assigned, cursor),
             DynamicPool::Exclusive(m) => m.bind(reserved, assigned, cursor),
-            DynamicPool::Segments(m) => m.bind(reserved, assigned, cursor),
         }
     }
 }
@@ -301,9 +292,9 @@ impl<Storage: ComputeStorage> MemoryManagement<Storage> {
             }
             MemoryConfiguration::Custom { pool_options } => pool_options,
         };
-        // oom-bisect: PyTorch's pools instead of the configured layout (see `oom_bisect`).
+        // oom-bisect: PyTorch's size classes instead of the configured layout (see `oom_bisect`).
         let pool_options = if oom_bisect::pytorch() {
-            oom_bisect::pytorch_pools()
+            oom_bisect::pytorch_pools(properties)
         } else {
             pool_options
         };
@@ -332,11 +323,6 @@ impl<Storage: ComputeStorage> MemoryManagement<Storage> {
                     } => DynamicPool::Sliced(SlicedPool::new(
                         page_size,
                         max_slice_size,
-                        properties.alignment,
-                        pool_pos,
-                    )),
-                    PoolType::Segments(kind) => DynamicPool::Segments(SegmentPool::new(
-                        kind,
                         properties.alignment,
                         pool_pos,
                     )),
@@ -517,14 +503,14 @@ impl<Storage: ComputeStorage> MemoryManagement<Storage> {
         );
 
         // Find first pool that fits this allocation
-        let index =
-            self.pools
-                .iter()
-                .position(|p| p.accept(size))
-                .ok_or(IoError::BufferTooBig {
-                    size,
-                    backtrace: BackTrace::capture(),
-                })?;
+        let index = self
+            .pools
+            .iter()
+            .position(|p| p.accept(size))
+            .ok_or(IoError::BufferTooBig {
+                size,
+                backtrace: BackTrace::capture(),
+            })?;
 
         if let Some(slice) = self.pools[index].try_reserve(size) {
             return Ok(slice);
@@ -639,7 +625,6 @@ impl<Storage: ComputeStorage> core::fmt::Display for MemoryManagement<Storage> {
             match pool {
                 DynamicPool::Sliced(pool) => f.write_fmt(format_args!("{pool}\n"))?,
                 DynamicPool::Exclusive(pool) => f.write_fmt(format_args!("{pool}\n"))?,
-                DynamicPool::Segments(pool) => f.write_fmt(format_args!("{pool}\n"))?,
             }
         }
         let memory_usage = self.memory_usage();
@@ -722,55 +707,44 @@ mod tests {
         }
     }
 
-    /// oom-bisect: PyTorch's pools (small and large segments, a segment of its own for a large
-    /// request), filled and then freed, give their segments back to the device when a request no
-    /// free block holds is asked for and the ceiling is reached, as PyTorch's allocator does:
-    /// released, flushed (a queued release frees nothing) and settled before the retry. The stock
-    /// behaviour (no retry) refuses it.
+    /// oom-bisect: pools of mixed size classes, filled and then freed, give their pages back to the
+    /// device when a size no class holds is asked for and the ceiling is reached, as PyTorch's
+    /// allocator does: released, flushed (a queued release frees nothing) and settled before the
+    /// retry. The stock behaviour (no retry) refuses it.
     #[test_log::test]
     #[cfg(not(exclusive_memory_only))]
-    fn oom_bisect_releases_freed_segments_for_a_request_no_block_holds() {
+    fn oom_bisect_releases_freed_pages_for_a_size_no_class_holds() {
         use core::sync::atomic::Ordering::SeqCst;
         const MIB: u64 = 1024 * 1024;
         let run = |retry: bool| {
             DEVICE_USED.store(0, SeqCst);
             SETTLED.store(false, SeqCst);
-            let budget =
-                alloc::boxed::Box::leak(alloc::boxed::Box::new(oom_bisect::Budget::new(64 * MIB)));
+            let budget = alloc::boxed::Box::leak(alloc::boxed::Box::new(
+                oom_bisect::Budget::new(64 * MIB),
+            ));
             budget.measure_with(|| (DEVICE_USED.load(SeqCst), 0));
             budget.settle_with(|| SETTLED.store(true, SeqCst));
             let mut mm = MemoryManagement::from_configuration(
                 Queued::default(),
                 &DUMMY_MEM_PROPS,
                 MemoryConfiguration::Custom {
-                    pool_options: oom_bisect::pytorch_pools(),
+                    pool_options: oom_bisect::pytorch_pools(&DUMMY_MEM_PROPS),
                 },
                 Arc::new(ServerLogger::default()),
                 options(),
             );
             mm.storage = oom_bisect::Capped::with_budget(Queued::default(), Some(budget));
             mm.retry = retry;
-            let sizes = [
-                [MIB / 2; 8].as_slice(),
-                &[5 * MIB; 3],
-                &[12 * MIB, 20 * MIB],
-            ]
-            .concat();
+            let sizes = [[MIB / 2; 8].as_slice(), &[5 * MIB; 3], &[12 * MIB, 20 * MIB]].concat();
             let held: Vec<_> = sizes.iter().map(|&s| mm.reserve(s).unwrap()).collect();
-            assert!(
-                DEVICE_USED.load(SeqCst) > 48 * MIB,
-                "the pools hold the pages"
-            );
+            assert!(DEVICE_USED.load(SeqCst) > 48 * MIB, "the pools hold the pages");
             drop(held);
             let big = mm.reserve(40 * MIB);
             (big.is_ok(), DEVICE_USED.load(SeqCst), SETTLED.load(SeqCst))
         };
         let (fits, used, settled) = run(true);
         assert!(fits, "with release-and-retry the 40 MiB request fits");
-        assert!(
-            used <= 44 * MIB,
-            "only its own page is on the device after the retry: {used}"
-        );
+        assert!(used <= 44 * MIB, "only its own page is on the device after the retry: {used}");
         assert!(settled, "the device settled before the retry");
         assert!(!run(false).0, "without it, the ceiling refuses the request");
     }
@@ -1238,3 +1212,4 @@ mod tests {
         assert_eq!(usage_before.bytes_reserved, usage_after.bytes_reserved);
     }
 }
+

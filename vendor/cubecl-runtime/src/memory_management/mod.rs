@@ -31,9 +31,6 @@ pub enum PoolType {
         /// The maximum size of a slice to allocate in the pool.
         max_slice_size: u64,
     },
-    /// oom-bisect: segments split between requests as PyTorch's caching allocator splits them
-    /// (`memory_pool/segment_pool.rs`).
-    Segments(oom_bisect::SegmentKind),
 }
 
 /// Options to create a memory pool.

@@ -1,7 +1,7 @@
 //! oom-bisect's change to cubecl-runtime (see `vendor/README.md` in oom-bisect).
 //!
 //! - With `OOM_BISECT_MEMORY_MODEL=pytorch` in the environment, the pools mimic PyTorch's caching
-//!   allocator where it decides the peak: its pools of split segments ([`pytorch_pools`]) and its release of
+//!   allocator where it decides the peak: its size classes ([`pytorch_pools`]) and its release of
 //!   free cached blocks before an out-of-memory is reported (`MemoryManagement::alloc_or_release`).
 //! - [`DEVICE_POOLS`]: what the device pools of this process hold, across every stream, and an
 //!   optional cap. A trial that shares its GPU with other trials caps the device memory its process
@@ -15,8 +15,11 @@ use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use cubecl_common::backtrace::BackTrace;
+use cubecl_ir::MemoryDeviceProperties;
 
 const MIB: u64 = 1024 * 1024;
+/// Growth between two large size classes: at most 1/16 of a large request is padding.
+const CLASS_RATIO: f64 = 1.0625;
 
 /// The name cubecl-cuda gives the memory manager of device memory (`compute/stream.rs`); the
 /// pinned host memory manager beside it is not counted against a device ceiling.
@@ -34,66 +37,42 @@ pub fn pytorch() -> bool {
     false
 }
 
-/// PyTorch's layout (`c10/cuda/CUDACachingAllocator.cpp`): a pool for requests up to 1 MiB and
-/// one for larger requests, each of segments split between requests ([`SegmentKind`]). A pool of
-/// exclusive pages for empty requests comes first, as in cubecl's own layouts.
-pub(super) fn pytorch_pools() -> Vec<MemoryPoolOptions> {
-    [
-        PoolType::ExclusivePages { max_alloc_size: 0 },
-        PoolType::Segments(SegmentKind::Small),
-        PoolType::Segments(SegmentKind::Large),
-    ]
-    .into_iter()
-    .map(|pool_type| MemoryPoolOptions {
-        pool_type,
-        dealloc_period: None,
-    })
-    .collect()
-}
-
-/// PyTorch's two pools of cached blocks, with its constants (`CUDACachingAllocator.cpp`, default
-/// settings: no `max_split_size`, no expandable segments, no rounding to powers of two).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SegmentKind {
-    /// Requests up to 1 MiB (`kSmallSize`), in 2 MiB segments (`kSmallBuffer`); a block is split
-    /// whenever a 512-byte block is left over.
-    Small,
-    /// Larger requests: under 10 MiB (`kMinLargeAlloc`) in 20 MiB segments (`kLargeBuffer`), else
-    /// a segment of the request rounded to 2 MiB (`kRoundLarge`); a block is split only when more
-    /// than 1 MiB would be left over (`should_split`), else the request keeps the rest.
-    Large,
-}
-
-impl SegmentKind {
-    /// The smallest block, and the multiple every request is rounded to (`kMinBlockSize`).
-    pub const BLOCK: u64 = 512;
-    const SMALL_SIZE: u64 = MIB;
-
-    /// Whether requests of `size` bytes belong to this pool.
-    pub fn accepts(self, size: u64) -> bool {
-        match self {
-            SegmentKind::Small => size <= Self::SMALL_SIZE,
-            SegmentKind::Large => size > Self::SMALL_SIZE,
+/// PyTorch's layout (`c10/cuda/CUDACachingAllocator.cpp`): requests up to 1 MiB share 2 MiB
+/// segments, up to 10 MiB share 20 MiB segments, larger ones get a segment of their own rounded
+/// to 2 MiB. cubecl cannot split one large segment between tensors as PyTorch does, so each
+/// large request gets its own page from a size class at most 1/16 above it; with free pages
+/// released before a failure is reported, a class's leftovers never block a request.
+pub(super) fn pytorch_pools(properties: &MemoryDeviceProperties) -> Vec<MemoryPoolOptions> {
+    let align = |x: u64| x.next_multiple_of(properties.alignment);
+    let mut pools = Vec::new();
+    let mut add = |pool_type| {
+        pools.push(MemoryPoolOptions {
+            pool_type,
+            dealloc_period: None,
+        })
+    };
+    add(PoolType::ExclusivePages { max_alloc_size: 0 });
+    add(PoolType::SlicedPages {
+        page_size: align(2 * MIB),
+        max_slice_size: align(MIB),
+    });
+    add(PoolType::SlicedPages {
+        page_size: align(20 * MIB),
+        max_slice_size: align(10 * MIB),
+    });
+    let (mut class, mut last) = (10.0 * MIB as f64, 0);
+    let max_page = properties.max_page_size;
+    while last < max_page {
+        class *= CLASS_RATIO;
+        let size = align((class as u64).next_multiple_of(2 * MIB)).min(max_page);
+        if size > last {
+            add(PoolType::ExclusivePages {
+                max_alloc_size: size,
+            });
+            last = size;
         }
     }
-
-    /// Bytes of the segment allocated for a (rounded) request no free block holds
-    /// (`get_allocation_size`).
-    pub fn segment_size(self, size: u64) -> u64 {
-        match self {
-            SegmentKind::Small => 2 * MIB,
-            SegmentKind::Large if size < 10 * MIB => 20 * MIB,
-            SegmentKind::Large => size.next_multiple_of(2 * MIB),
-        }
-    }
-
-    /// Whether a block with `remaining` bytes left after a request is split (`should_split`).
-    pub fn splits(self, remaining: u64) -> bool {
-        match self {
-            SegmentKind::Small => remaining >= Self::BLOCK,
-            SegmentKind::Large => remaining > Self::SMALL_SIZE,
-        }
-    }
+    pools
 }
 
 /// Bytes held by a set of pools (every page they allocated and have not released), their peak,
@@ -337,21 +316,12 @@ mod tests {
         set(0, 0);
         let page = s.alloc(30 * MIB).unwrap();
         set(90, 0);
-        assert!(
-            s.alloc(20 * MIB).is_err(),
-            "90 + 20 MiB passes the 100 MiB cap"
-        );
+        assert!(s.alloc(20 * MIB).is_err(), "90 + 20 MiB passes the 100 MiB cap");
         assert!(s.alloc(10 * MIB).is_ok(), "90 + 10 MiB is within it");
         s.dealloc(page.id);
         set(95, 30);
-        assert!(
-            s.alloc(20 * MIB).is_ok(),
-            "the released 30 MiB block covers 20 MiB"
-        );
-        assert!(
-            s.alloc(20 * MIB).is_err(),
-            "its 10 MiB rest does not cover 20 MiB"
-        );
+        assert!(s.alloc(20 * MIB).is_ok(), "the released 30 MiB block covers 20 MiB");
+        assert!(s.alloc(20 * MIB).is_err(), "its 10 MiB rest does not cover 20 MiB");
         assert!(s.alloc(10 * MIB).is_ok(), "but covers 10 MiB");
         let id = page2_id(&mut s);
         s.dealloc(id);

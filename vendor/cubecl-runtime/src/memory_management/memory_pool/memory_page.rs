@@ -152,43 +152,6 @@ impl MemoryPage {
         None
     }
 
-    /// oom-bisect: the free slices of the page, as (index, bytes spanned, padding included).
-    pub(crate) fn free_extents(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
-        self.slices
-            .iter()
-            .enumerate()
-            .filter(|(_, slice)| slice.is_free())
-            .map(|(index, slice)| (index, slice.effective_size()))
-    }
-
-    /// oom-bisect: reserves `size` bytes at the start of the free slice `index`, the reservation
-    /// spanning `used` bytes (`size` rounded up). With `split`, what the slice spans beyond `used`
-    /// becomes a free slice of its own; without, it stays with the reservation as padding. Unlike
-    /// [`Self::try_reserve`], the whole span of a slice freed with padding is reused.
-    pub(crate) fn reserve_at(
-        &mut self,
-        index: usize,
-        size: u64,
-        used: u64,
-        split: bool,
-    ) -> ManagedMemoryHandle {
-        let slice = &mut self.slices[index];
-        let extent = slice.effective_size();
-        debug_assert!(slice.is_free() && used >= size && extent >= used);
-        let handle = slice.handle.clone();
-        let mut whole = slice.storage.clone();
-        whole.utilization.size = extent;
-        slice.storage.utilization.size = size;
-        if split && extent > used {
-            slice.padding = used - size;
-            let rest = Slice::new(whole.offset_start(used), 0);
-            self.add_new_slice(index, size, rest);
-        } else {
-            slice.padding = extent - size;
-        }
-        handle
-    }
-
     /// Gets the [storage handle](SliceHandle) with the correct offset and size using the slice
     /// binding.
     ///

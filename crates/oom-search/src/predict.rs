@@ -55,7 +55,8 @@ pub fn predict_boundary(
 /// The policy: probe the predicted last fit; if the prediction was right, its neighbour closes the
 /// interval. Where the neighbour has the same outcome the prediction was off, and the probes gallop
 /// from it, each twice as far as the one before, until the outcome turns (the device's slack grows
-/// with the batch, so a line through small fits overshoots by a few steps, not by half the axis).
+/// with the batch, so a line through small fits overshoots by a few steps, not by half the axis);
+/// plain bisection then halves the bracket the last two probes left.
 /// A predicted value that fits far below the ceiling predicts once more from the points it added.
 /// At most [`PREDICTED_PROBES`] predicted probes (one more with the re-prediction), then plain
 /// bisection.
@@ -71,6 +72,9 @@ pub(crate) struct Predictor {
     last: Option<(usize, Outcome, bool)>,
     /// Predicted probes in a row with the same outcome, less one: the next steps `2^streak` away.
     streak: u32,
+    /// The last predicted probe's outcome differs from the one before: the gallop has bracketed
+    /// the boundary, and plain bisection halves what is left.
+    turned: bool,
     repredicted: bool,
 }
 
@@ -90,6 +94,7 @@ impl Predictor {
             },
             last: None,
             streak: 0,
+            turned: false,
             repredicted: false,
         }
     }
@@ -109,6 +114,7 @@ impl Predictor {
 
     /// The outcome of the predicted probe at value `index`.
     pub(crate) fn note_predicted(&mut self, index: usize, m: &Measurement) {
+        self.turned = self.last.is_some_and(|(_, before, _)| before != m.outcome);
         match self.last {
             Some((_, before, _)) if before == m.outcome => self.streak += 1,
             _ => self.streak = 0,
@@ -124,15 +130,26 @@ impl Predictor {
         if self.left == 0 {
             return None;
         }
-        if let Some((_, Outcome::Fits, true)) = self.last {
-            self.repredicted = true;
-            self.left += 1;
+        match self.last {
+            Some((_, Outcome::Fits, true)) => {
+                self.repredicted = true;
+                self.left += 1;
+            }
+            _ if self.turned => self.left = 0,
+            _ => {}
+        }
+        if self.left == 0 {
+            return None;
         }
         let guess = match self.last {
             Some((i, Outcome::Fits, false)) => Some(i + self.step()),
             Some((i, Outcome::Oom, _)) => i.checked_sub(self.step()),
             Some((_, Outcome::Inconclusive, _)) => None,
-            None | Some((_, Outcome::Fits, true)) => self.predict(lo, hi),
+            None | Some((_, Outcome::Fits, true)) => {
+                // A fresh prediction: its neighbour, not a turn, follows it.
+                self.last = None;
+                self.predict(lo, hi)
+            }
         };
         match guess.filter(|g| open.contains(g)) {
             Some(g) => {

@@ -324,18 +324,19 @@ fn prediction_uses_live_tensors_where_device_peaks_are_paged() {
     assert!(r.trials <= 5, "{} trials: {probed:?}", r.trials);
 }
 
-/// A capacity search as the H200 measured it (R50 OS16 512², GPU run 28): the device holds more
-/// beside the live tensors the larger the batch, so a line through the original's live tensors
-/// overshoots the boundary by a few batches. Live 0.3 GiB + 0.6 GiB a sample, the device 0.5 GiB
-/// + 0.04 GiB a sample above that: batch 4 fits, the line predicts 38, 36 fits and 37 does not.
-struct GrowingSlack;
+/// A capacity search as the H200 measured it (R50 OS16 512², GPU runs 28 and 30): the device holds
+/// more beside the live tensors the larger the batch (`slack` GiB a sample), so a line through the
+/// original's live tensors (0.3 GiB + 0.6 GiB a sample) overshoots the boundary by a few batches.
+struct GrowingSlack {
+    slack: f64,
+}
 
 impl Oracle for GrowingSlack {
     fn run(&mut self, c: &Candidate, _: u32) -> Measurement {
         let b: f64 = c.get("data.batch").map_or(4.0, |v| v.parse().unwrap());
         let g = (1u64 << 30) as f64;
         let live = 0.3 + 0.6 * b;
-        let device = live + 0.5 + 0.04 * b;
+        let device = live + 0.5 + self.slack * b;
         let mut m = Measurement::new(if device <= 24.0 {
             Outcome::Fits
         } else {
@@ -350,13 +351,13 @@ impl Oracle for GrowingSlack {
     }
 }
 
-#[test]
-fn an_overshooting_prediction_gallops_back_instead_of_bisecting_the_axis() {
+/// The batches a capacity search probes from batch 4 on an axis of 1..=64, and its verdict.
+fn capacity_probes(slack: f64) -> (Vec<String>, AxisSearch) {
     let a = Axis {
         original: 3,
         ..axis("batch", "data.batch", 64)
     };
-    let mut o = GrowingSlack;
+    let mut o = GrowingSlack { slack };
     let mut probed: Vec<String> = vec![];
     let mut ev = |e: &Event| {
         if let Event::TrialStarted { candidate, .. } = e {
@@ -374,10 +375,26 @@ fn an_overshooting_prediction_gallops_back_instead_of_bisecting_the_axis() {
         63,
         &opts(24 << 30, true, 0),
     );
+    (probed, r)
+}
+
+#[test]
+fn an_overshooting_prediction_gallops_back_instead_of_bisecting_the_axis() {
+    // 0.04 GiB a sample: the line predicts 38, batch 36 fits and 37 does not. The top end, the
+    // prediction and its neighbour (both out of memory), then 35 (two below: fits), then 36.
+    // Bisecting [4, 37] after the neighbour took eight trials in all.
+    let (probed, r) = capacity_probes(0.04);
     check(64, 36, &r, false);
-    // The top end, the prediction 38 and its neighbour 37 (both out of memory), then 35 (two
-    // below: fits) and 36. Bisecting [4, 37] after the neighbour took eight trials in all.
     assert_eq!(probed, ["4", "64", "38", "37", "35", "36"], "{r:?}");
+    // 0.1 GiB a sample (run 30: 38, 37, 35, 31, 32, 34, 33): 33 fits, 34 does not. The gallop
+    // goes 37, 35, 31 (fits); plain bisection halves [31, 35] from there.
+    let (probed, r) = capacity_probes(0.1);
+    check(64, 33, &r, false);
+    assert_eq!(
+        probed,
+        ["4", "64", "38", "37", "35", "31", "33", "34"],
+        "{r:?}"
+    );
 }
 
 /// A batch axis whose values below `boundary` fit and above it do not, and `boundary` itself fits

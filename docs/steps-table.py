@@ -7,6 +7,10 @@ trial with its optimizer state made first, both ways. With a second directory (r
 release-and-retry settles), its 5-step trials under the ballast and the cap come beside them.
 
     python3 docs/steps-table.py docs/runs/h200/run21 docs/runs/h200/run22
+
+With --pairs DIR (GPU run 30, docs/runs/gpu-run-30.sh): both sides from one call, each under an
+in-process ceiling: the built-in model's 5-step trial (NAME.cap5.json) beside PyTorch's
+(NAME.pt5.jsonl, the reference with --cap).
 """
 import json, os, sys
 
@@ -71,4 +75,19 @@ def main(run, after=None):
         print("| " + " | ".join(row) + " |")
 
 
-main(*sys.argv[1:3] if len(sys.argv) > 1 else ["docs/runs/h200/run21", "docs/runs/h200/run22"])
+def pairs(run):
+    names = sorted({f.split(".")[0] for f in os.listdir(run) if f.endswith(".cap5.json")})
+    head = ["config", "PyTorch (cap): reserved GiB by step", "verdict",
+            "built-in (cap): device GiB by step", "verdict"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + " --- |" * len(head))
+    for n in names:
+        t, tv = torch(f"{run}/{n}.pt5.jsonl")
+        b, bv, _ = burn(f"{run}/{n}.cap5.json")
+        print("| " + " | ".join([n, cells(t), tv, cells(b), bv]) + " |")
+
+
+if len(sys.argv) == 3 and sys.argv[1] == "--pairs":
+    pairs(sys.argv[2])
+else:
+    main(*sys.argv[1:3] if len(sys.argv) > 1 else ["docs/runs/h200/run21", "docs/runs/h200/run22"])

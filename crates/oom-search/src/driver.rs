@@ -139,11 +139,13 @@ fn capacity(s: &mut Session<'_>, space: &Space, opts: &SearchOptions) -> Vec<Axi
 /// The original runs out of memory: each axis, the fixes, the modules, the minimal failing one.
 fn explain_oom(s: &mut Session<'_>, space: &Space, opts: &SearchOptions, d: &mut Diagnosis) {
     s.expect(&oom_fan_out(space, opts));
+    let (axes, early_minimal) = search_axes(s, space, opts);
+    d.axes = axes;
+    // How much the original needs without the ceiling is for the report alone: it started with the
+    // fan-out and is taken here, where no step waits on it (it is the longest trial of all).
     if opts.need {
         d.need = Some(s.measure(&Candidate::original().without_ceiling(), Purpose::Need));
     }
-    let (axes, early_minimal) = search_axes(s, space, opts);
-    d.axes = axes;
     if opts.fixes {
         s.event(Event::Step {
             name: "fixes".into(),

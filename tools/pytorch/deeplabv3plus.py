@@ -301,9 +301,7 @@ def own_context_bytes():
 
     nvml = ctypes.CDLL("libnvidia-ml.so.1")
     nvml.nvmlInit_v2()
-    handle = ctypes.c_void_p()
-    index = torch.cuda.current_device()
-    nvml.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(handle))
+    handle = nvml_handle(nvml)
     count, procs = ctypes.c_uint(64), (Process * 64)()
     rc = nvml.nvmlDeviceGetComputeRunningProcesses_v3(handle, ctypes.byref(count), procs)
     if rc != 0:
@@ -314,13 +312,30 @@ def own_context_bytes():
     return mine[0]
 
 
+def nvml_handle(nvml):
+    """NVML's handle of this process's CUDA device: by its PCI address, since CUDA_VISIBLE_DEVICES
+    renumbers CUDA's devices and never NVML's; by index where torch does not give the address."""
+    import ctypes
+
+    handle = ctypes.c_void_p()
+    p = torch.cuda.get_device_properties(torch.cuda.current_device())
+    if all(hasattr(p, a) for a in ("pci_domain_id", "pci_bus_id", "pci_device_id")):
+        bus = f"{p.pci_domain_id:08X}:{p.pci_bus_id:02X}:{p.pci_device_id:02X}.0".encode()
+        if nvml.nvmlDeviceGetHandleByPciBusId_v2(ctypes.c_char_p(bus), ctypes.byref(handle)) == 0:
+            return handle
+    index = ctypes.c_uint(torch.cuda.current_device())
+    rc = nvml.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle))
+    if rc != 0:
+        raise RuntimeError(f"NVML has no device for CUDA device {index.value} (error {rc})")
+    return handle
+
+
 def cap(limit):
     """Holds `limit` bytes, context included, inside this process: the caching allocator may reserve
     the limit less what the process already holds (measured, not assumed), so that several runs can
     share one card (oom-bisect's `--ceiling-by cap`). Returns 0 (no ballast)."""
     torch.cuda.init()
     torch.zeros(1, device="cuda")  # the context exists from here on
-    # NVML's index is CUDA's where no CUDA_VISIBLE_DEVICES reorders them (as on oom-bisect's runs).
     held = own_context_bytes() - torch.cuda.memory_reserved()
     total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
     torch.cuda.set_per_process_memory_fraction(max(limit - held, 0) / total)

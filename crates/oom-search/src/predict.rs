@@ -135,11 +135,11 @@ impl Predictor {
                 self.repredicted = true;
                 self.left += 1;
             }
-            _ if self.turned => self.left = 0,
+            _ if self.turned => {
+                self.left = 0;
+                return None;
+            }
             _ => {}
-        }
-        if self.left == 0 {
-            return None;
         }
         let guess = match self.last {
             Some((i, Outcome::Fits, false)) => Some(i + self.step()),

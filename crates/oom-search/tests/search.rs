@@ -253,21 +253,54 @@ impl Oracle for PagedDevice {
                     .unwrap()
             })
             .unwrap_or(1024.0);
-        let g = (1u64 << 30) as f64;
         let live = 0.6 + 7.0e-5 * side * side;
-        let device = 1.2 * live + 1.1;
-        let mut m = Measurement::new(if device <= 24.0 {
-            Outcome::Fits
-        } else {
-            Outcome::Oom
-        });
-        if m.outcome == Outcome::Fits {
-            m.peak_bytes = Some((device * g) as u64);
-            m.peak_in_use_bytes = Some((live * g) as u64);
-            m.base_bytes = Some((0.443 * g) as u64);
-        }
-        m
+        under_24_gib(1.2 * live + 1.1, live, 0.443)
     }
+}
+
+/// A trial under a 24 GiB ceiling whose device peak, live tensors and base memory are the given
+/// GiB: it fits, with those readings, where the device peak stays under the ceiling.
+fn under_24_gib(device: f64, live: f64, base: f64) -> Measurement {
+    let g = (1u64 << 30) as f64;
+    let mut m = Measurement::new(if device <= 24.0 {
+        Outcome::Fits
+    } else {
+        Outcome::Oom
+    });
+    if m.outcome == Outcome::Fits {
+        m.peak_bytes = Some((device * g) as u64);
+        m.peak_in_use_bytes = Some((live * g) as u64);
+        m.base_bytes = Some((base * g) as u64);
+    }
+    m
+}
+
+/// Searches `axis` between `lo` and `hi` with predictions under 24 GiB after the original; returns
+/// the values probed, in order (the original as `original`), and the verdict.
+fn probed_search(
+    o: &mut dyn Oracle,
+    axis: &Axis,
+    lo: usize,
+    hi: usize,
+) -> (Vec<String>, AxisSearch) {
+    let mut probed: Vec<String> = vec![];
+    let mut ev = |e: &Event| {
+        if let Event::TrialStarted { candidate, .. } = e {
+            probed.push(candidate.get(&axis.key).unwrap_or("original").to_string());
+        }
+    };
+    let clock = TestClock::default();
+    let mut s = session(o, &mut ev, &clock);
+    s.measure(&Candidate::original(), Purpose::Original);
+    let r = bisect_axis(
+        &mut s,
+        axis,
+        &Candidate::original(),
+        lo,
+        hi,
+        &opts(24 << 30, true, 0),
+    );
+    (probed, r)
 }
 
 #[test]
@@ -287,24 +320,7 @@ fn prediction_uses_live_tensors_where_device_peaks_are_paged() {
         original: 31,
         fine: vec![],
     };
-    let mut o = PagedDevice;
-    let mut probed: Vec<String> = vec![];
-    let mut ev = |e: &Event| {
-        if let Event::TrialStarted { candidate, .. } = e {
-            probed.push(candidate.get("data.size").unwrap_or("original").to_string());
-        }
-    };
-    let clock = TestClock::default();
-    let mut s = session(&mut o, &mut ev, &clock);
-    s.measure(&Candidate::original(), Purpose::Original);
-    let r = bisect_axis(
-        &mut s,
-        &a,
-        &Candidate::original(),
-        0,
-        31,
-        &opts(24 << 30, true, 0),
-    );
+    let (probed, r) = probed_search(&mut PagedDevice, &a, 0, 31);
     match &r.verdict {
         AxisVerdict::Boundary {
             last_fit,
@@ -334,48 +350,19 @@ struct GrowingSlack {
 impl Oracle for GrowingSlack {
     fn run(&mut self, c: &Candidate, _: u32) -> Measurement {
         let b: f64 = c.get("data.batch").map_or(4.0, |v| v.parse().unwrap());
-        let g = (1u64 << 30) as f64;
         let live = 0.3 + 0.6 * b;
-        let device = live + 0.5 + self.slack * b;
-        let mut m = Measurement::new(if device <= 24.0 {
-            Outcome::Fits
-        } else {
-            Outcome::Oom
-        });
-        if m.outcome == Outcome::Fits {
-            m.peak_bytes = Some((device * g) as u64);
-            m.peak_in_use_bytes = Some((live * g) as u64);
-            m.base_bytes = Some((0.3 * g) as u64);
-        }
-        m
+        under_24_gib(live + 0.5 + self.slack * b, live, 0.3)
     }
 }
 
-/// The batches a capacity search probes from batch 4 on an axis of 1..=64, and its verdict.
+/// The batches a capacity search probes from batch 4 (the original) on an axis of 1..=64, and its
+/// verdict.
 fn capacity_probes(slack: f64) -> (Vec<String>, AxisSearch) {
     let a = Axis {
         original: 3,
         ..axis("batch", "data.batch", 64)
     };
-    let mut o = GrowingSlack { slack };
-    let mut probed: Vec<String> = vec![];
-    let mut ev = |e: &Event| {
-        if let Event::TrialStarted { candidate, .. } = e {
-            probed.push(candidate.get("data.batch").unwrap_or("4").to_string());
-        }
-    };
-    let clock = TestClock::default();
-    let mut s = session(&mut o, &mut ev, &clock);
-    s.measure(&Candidate::original(), Purpose::Original);
-    let r = bisect_axis(
-        &mut s,
-        &a,
-        &Candidate::original(),
-        3,
-        63,
-        &opts(24 << 30, true, 0),
-    );
-    (probed, r)
+    probed_search(&mut GrowingSlack { slack }, &a, 3, 63)
 }
 
 #[test]
@@ -385,14 +372,14 @@ fn an_overshooting_prediction_gallops_back_instead_of_bisecting_the_axis() {
     // Bisecting [4, 37] after the neighbour took eight trials in all.
     let (probed, r) = capacity_probes(0.04);
     check(64, 36, &r, false);
-    assert_eq!(probed, ["4", "64", "38", "37", "35", "36"], "{r:?}");
+    assert_eq!(probed, ["original", "64", "38", "37", "35", "36"], "{r:?}");
     // 0.1 GiB a sample (run 30: 38, 37, 35, 31, 32, 34, 33): 33 fits, 34 does not. The gallop
     // goes 37, 35, 31 (fits); plain bisection halves [31, 35] from there.
     let (probed, r) = capacity_probes(0.1);
     check(64, 33, &r, false);
     assert_eq!(
         probed,
-        ["4", "64", "38", "37", "35", "31", "33", "34"],
+        ["original", "64", "38", "37", "35", "31", "33", "34"],
         "{r:?}"
     );
 }

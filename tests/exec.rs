@@ -305,3 +305,41 @@ fn a_cpu_exec_takes_any_ceiling_and_passes_it_on() {
     assert!(t.contains("passed on to your command"), "{t}");
     assert!(t.contains("4.00 TiB") || t.contains("4096.00 GiB"), "{t}");
 }
+
+/// Who holds the ceiling is checked before any trial: `command` only for a command, `cap` never
+/// for one (the allocator's cap cannot reach another process), each with what to use instead.
+#[test]
+fn only_a_command_holds_its_own_ceiling() {
+    let d = tmp("exec-ceiling-by");
+    let cfg = write(&d, "toy.toml", TOY);
+    let cfg = cfg.to_str().unwrap();
+    let args = |by| {
+        [
+            "trial",
+            "--config",
+            cfg,
+            "--memory-limit",
+            "200MiB",
+            "--ceiling-by",
+            by,
+        ]
+    };
+    let own = Command::new(BIN)
+        .args(args("command"))
+        .args(["--backend", "cpu"])
+        .output()
+        .unwrap();
+    // `trial` speaks `git bisect run`: 200 + the usage code stops it.
+    assert_eq!(code(&own), 202, "{}", text(&own));
+    assert!(text(&own).contains("`ballast` or `cap`"), "{}", text(&own));
+    let capped = run_exec(&d, &args("cap"), &trainer(), &[]);
+    assert_eq!(code(&capped), 202, "{}", text(&capped));
+    assert!(
+        text(&capped).contains("--ceiling-by command"),
+        "{}",
+        text(&capped)
+    );
+    // On the CPU nothing is enforced either way: the command hears its ceiling.
+    let cpu = run_exec(&d, &args("command"), &trainer(), &[]);
+    assert_eq!(code(&cpu), 0, "{}", text(&cpu));
+}

@@ -7,8 +7,9 @@ master weights, `mixed-f16` with a GradScaler, `f16`/`bf16` as the whole model i
 checkpointing as torch.utils.checkpoint around every residual block.
 
 As the trial of `oom-bisect bisect --exec 'python3 tools/pytorch/deeplabv3plus.py {config}'` (the
-config path may also come from $OOM_BISECT_CONFIG): oom-bisect holds the memory ceiling, and this
-script prints `{"oom_bisect": {"stage": …, "step": …, "in_use_bytes": …}}` at every stage, so that an
+config path may also come from $OOM_BISECT_CONFIG): oom-bisect holds the memory ceiling (with
+`--ceiling-by command`, this script holds $OOM_BISECT_MEMORY_LIMIT itself, as `--cap` does), and it
+prints `{"oom_bisect": {"stage": …, "step": …, "in_use_bytes": …}}` at every stage, so that an
 out-of-memory is placed where it happened; the peak is oom-bisect's own reading of the device.
 
 Prints one JSON line per step with PyTorch's own counters (`max_memory_allocated`,
@@ -26,9 +27,12 @@ script cannot honour, or a bad argument; anything else is an error.
 """
 
 import argparse
+import ctypes
 import json
 import os
 import sys
+import threading
+import time
 import tomllib
 
 import torch
@@ -49,6 +53,8 @@ LAYERS = {"resnet18": [2, 2, 2, 2], "resnet34": [3, 4, 6, 3], "resnet50": [3, 4,
           "resnet101": [3, 4, 23, 3], "resnet152": [3, 8, 36, 3]}
 AUX_WEIGHT = 0.5
 EXIT_OOM, EXIT_REFUSED, EXIT_UNSUPPORTED = 3, 4, 2
+# How often a capped run measures again what it holds outside the caching allocator.
+RECAP_SECONDS = 0.005
 
 
 class Unsupported(Exception):
@@ -290,33 +296,34 @@ def parse_bytes(s):
     return int(s)
 
 
-def own_context_bytes():
-    """Device memory this process holds, as NVML's per-process figure (the CUDA context, loaded
-    modules and the allocator's segments), read through libnvidia-ml with ctypes."""
-    import ctypes
+class Nvml:
+    """NVML's per-process figure for this process on its device (the CUDA context, loaded modules
+    and the allocator's segments), read through libnvidia-ml with ctypes."""
 
     class Process(ctypes.Structure):
         _fields_ = [("pid", ctypes.c_uint), ("used", ctypes.c_ulonglong),
                     ("gi", ctypes.c_uint), ("ci", ctypes.c_uint)]
 
-    nvml = ctypes.CDLL("libnvidia-ml.so.1")
-    nvml.nvmlInit_v2()
-    handle = nvml_handle(nvml)
-    count, procs = ctypes.c_uint(64), (Process * 64)()
-    rc = nvml.nvmlDeviceGetComputeRunningProcesses_v3(handle, ctypes.byref(count), procs)
-    if rc != 0:
-        raise RuntimeError(f"NVML could not list the device's processes (error {rc})")
-    mine = [p.used for p in procs[: count.value] if p.pid == os.getpid()]
-    if not mine:
-        raise RuntimeError("NVML does not list this process on the device")
-    return mine[0]
+    def __init__(self):
+        self.lib = ctypes.CDLL("libnvidia-ml.so.1")
+        self.lib.nvmlInit_v2()
+        self.handle = nvml_handle(self.lib)
+
+    def used(self):
+        count, procs = ctypes.c_uint(64), (self.Process * 64)()
+        rc = self.lib.nvmlDeviceGetComputeRunningProcesses_v3(self.handle, ctypes.byref(count),
+                                                              procs)
+        if rc != 0:
+            raise RuntimeError(f"NVML could not list the device's processes (error {rc})")
+        mine = [p.used for p in procs[: count.value] if p.pid == os.getpid()]
+        if not mine:
+            raise RuntimeError("NVML does not list this process on the device")
+        return mine[0]
 
 
 def nvml_handle(nvml):
     """NVML's handle of this process's CUDA device: by its PCI address, since CUDA_VISIBLE_DEVICES
     renumbers CUDA's devices and never NVML's; by index where torch does not give the address."""
-    import ctypes
-
     handle = ctypes.c_void_p()
     p = torch.cuda.get_device_properties(torch.cuda.current_device())
     if all(hasattr(p, a) for a in ("pci_domain_id", "pci_bus_id", "pci_device_id")):
@@ -331,15 +338,29 @@ def nvml_handle(nvml):
 
 
 def cap(limit):
-    """Holds `limit` bytes, context included, inside this process: the caching allocator may reserve
-    the limit less what the process already holds (measured, not assumed), so that several runs can
-    share one card (oom-bisect's `--ceiling-by cap`). Returns 0 (no ballast)."""
+    """Holds `limit` bytes, context included, inside this process, so that several runs can share
+    one card (oom-bisect's `--ceiling-by command`): the caching allocator may reserve the limit less
+    what the process holds outside it (measured by NVML, not assumed). That outside part grows
+    while the run loads the kernels it launches for the first time (CUDA loads modules lazily), so
+    it is measured again every few milliseconds on a thread of its own. Returns no ballast."""
     torch.cuda.init()
     torch.zeros(1, device="cuda")  # the context exists from here on
-    held = own_context_bytes() - torch.cuda.memory_reserved()
-    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-    torch.cuda.set_per_process_memory_fraction(max(limit - held, 0) / total)
-    emit(context_bytes=held)
+    nvml, dev = Nvml(), torch.cuda.current_device()
+    total = torch.cuda.get_device_properties(dev).total_memory
+
+    def outside():
+        held = nvml.used() - torch.cuda.memory_reserved(dev)
+        torch.cuda.set_per_process_memory_fraction(max(limit - held, 0) / total, dev)
+        return held
+
+    emit(context_bytes=outside())
+
+    def follow():
+        while True:
+            time.sleep(RECAP_SECONDS)
+            outside()
+
+    threading.Thread(target=follow, daemon=True).start()
     return None, 0
 
 
@@ -478,7 +499,8 @@ def arguments():
                    help="print the parameters per module id (as `oom-bisect inspect`) and stop")
     p.add_argument("--cap", action="store_true",
                    help="hold --memory-limit inside this process (PyTorch's per-process memory "
-                   "fraction, the context measured by NVML) instead of a ballast, so that runs "
+                   "fraction, what it holds outside the allocator measured by NVML every few "
+                   "milliseconds) instead of a ballast, so that runs "
                    "can share a card")
     p.add_argument("--fused-attention", action="store_true",
                    help="attention through PyTorch's fused kernels (need_weights=False), as "
@@ -491,6 +513,19 @@ def arguments():
     return args
 
 
+def hold_ceiling(args):
+    """The ceiling this process holds itself: `--memory-limit` (by ballast, or `--cap`), or under
+    oom-bisect's `--ceiling-by command` its $OOM_BISECT_MEMORY_LIMIT as a cap; none where oom-bisect
+    holds it (its ballast) or on the CPU. Returns the ballast tensor, if any, and its size."""
+    if args.device != "cuda":
+        return None, 0
+    if args.marks and os.environ.get("OOM_BISECT_CEILING_BY") == "command":
+        return cap(int(os.environ["OOM_BISECT_MEMORY_LIMIT"]))
+    if args.memory_limit:
+        return (cap if args.cap else ballast)(parse_bytes(args.memory_limit))
+    return None, 0
+
+
 def main():
     args = arguments()
     try:
@@ -501,9 +536,7 @@ def main():
     except (Unsupported, KeyError, tomllib.TOMLDecodeError) as e:
         print(f"deeplabv3plus.py: {e}", file=sys.stderr)
         return EXIT_UNSUPPORTED
-    limit = args.memory_limit and args.device == "cuda"
-    hold_by = cap if args.cap else ballast
-    hold, args.ballast = hold_by(parse_bytes(args.memory_limit)) if limit else (None, 0)
+    hold, args.ballast = hold_ceiling(args)
     try:
         train(c, args)
     except Unsupported as e:

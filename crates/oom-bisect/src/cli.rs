@@ -103,9 +103,12 @@ pub struct DeviceArgs {
     /// is an OOM; anything else an error. See the README, "Your own training script"
     #[arg(long, value_name = "COMMAND", conflicts_with = "estimate")]
     pub exec: Option<String>,
-    /// How a CUDA ceiling is held: `ballast` (the rest of the card is filled; one trial per GPU)
-    /// or `cap` (experimental: the allocator refuses past it and trials share a GPU, five 24 GiB
-    /// ceilings on an H200; some boundaries differ, see docs/performance.md) [default: ballast]
+    /// How a CUDA ceiling is held: `ballast` (the rest of the card is filled; one trial per GPU),
+    /// `cap` (experimental: the allocator refuses past it and trials share a GPU, five 24 GiB
+    /// ceilings on an H200; some boundaries differ, see docs/performance.md) or, with --exec,
+    /// `command` (your command holds $OOM_BISECT_MEMORY_LIMIT itself, e.g. PyTorch's
+    /// set_per_process_memory_fraction; oom-bisect checks its processes' device memory and trials
+    /// share a GPU) [default: ballast]
     #[arg(long, value_enum, value_name = "HOW")]
     pub ceiling_by: Option<CeilingByArg>,
     /// Answer every trial from the model's memory estimate instead of training it: the whole
@@ -119,6 +122,7 @@ pub struct DeviceArgs {
 pub enum CeilingByArg {
     Cap,
     Ballast,
+    Command,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]

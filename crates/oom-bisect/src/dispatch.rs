@@ -1,9 +1,10 @@
 //! Where trials run: `--devices`, `--jobs` and `--launcher` resolved into the pool's workers.
 //!
 //! - CUDA: each trial on its card through `CUDA_VISIBLE_DEVICES`. Under ballast (the default) one
-//!   worker per GPU, as the ballast takes the whole card; under a capped ceiling (`--ceiling-by
-//!   cap`) as many workers per GPU as ceilings fit in its free memory (five 24 GiB ceilings on an
-//!   H200), each trial its own process. An inherited `CUDA_VISIBLE_DEVICES` (Slurm, Kubernetes) is
+//!   worker per GPU, as the ballast takes the whole card; under a ceiling held inside the trial's
+//!   process (`--ceiling-by cap`, or `command` for a `--exec` command that holds its own) as many
+//!   workers per GPU as ceilings fit in its free memory (five 24 GiB ceilings on an H200), each
+//!   trial its own process. An inherited `CUDA_VISIBLE_DEVICES` (Slurm, Kubernetes) is
 //!   respected: `--devices` picks among the devices it leaves visible.
 //! - CPU: `--jobs` workers on this host; by default, for the built-in model, as many as there are
 //!   cores and as the memory now available holds trials under the ceiling (both cores of a 2-core
@@ -16,7 +17,7 @@ use crate::cli::BisectArgs;
 use crate::exit_codes::{self as code, user};
 use crate::settings::DeviceSettings;
 use anyhow::Result;
-use oom_trial::{BackendKind, CeilingBy, ProcessRunner, Worker};
+use oom_trial::{BackendKind, ProcessRunner, Worker};
 
 /// One worker's place: its label and what its trials' processes get.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,9 +179,12 @@ fn visible_gpus() -> Result<Vec<String>> {
     Ok((0..n).map(|i| i.to_string()).collect())
 }
 
-/// The ceiling in bytes when trials may share a GPU (a capped ceiling of a known size).
+/// The ceiling in bytes when trials may share a GPU (a ceiling of a known size held inside each
+/// trial's process: the cap, or a command that holds its own).
 fn sharing(device: &DeviceSettings) -> Option<u64> {
-    (device.ceiling_by == CeilingBy::Cap)
+    device
+        .ceiling_by
+        .shares_gpu()
         .then_some(device.ceiling_bytes)
         .flatten()
 }

@@ -19,8 +19,10 @@ pub fn id(
 ) -> String {
     // The ballast (the default) adds nothing, so that journals written before the cap still resume.
     let held = match (backend, ceiling_by) {
-        (BackendKind::Cuda, CeilingBy::Cap) => " ceiling-by=cap",
-        _ => "",
+        (BackendKind::Cuda, CeilingBy::Cap | CeilingBy::Command) => {
+            format!(" ceiling-by={}", ceiling_by.name())
+        }
+        _ => String::new(),
     };
     format!(
         "{}|{}|{:?}|{:?}|{}{held}|oom-bisect {}",

@@ -146,8 +146,8 @@ impl DeviceSettings {
         if self.trial_timeout != Duration::from_secs(crate::cli::DEFAULT_TRIAL_TIMEOUT) {
             parts.push(format!("--trial-timeout {}", self.trial_timeout.as_secs()));
         }
-        if self.backend == BackendKind::Cuda && self.ceiling_by == CeilingBy::Cap {
-            parts.push("--ceiling-by cap".into());
+        if self.backend == BackendKind::Cuda && self.ceiling_by != CeilingBy::Ballast {
+            parts.push(format!("--ceiling-by {}", self.ceiling_by.name()));
         }
         match &self.engine {
             Engine::Estimate => parts.push("--estimate".into()),
@@ -412,19 +412,27 @@ fn check_ceiling(
 }
 
 /// `--ceiling-by`, or its default, ballast: the cap lets trials share a GPU but does not yet give
-/// the ballast's boundaries everywhere (docs/performance.md), and a command run by `--exec` is a
-/// process the holder cannot cap.
+/// the ballast's boundaries everywhere (docs/performance.md); a command run by `--exec` is a
+/// process the holder cannot cap, so it is held by ballast unless it holds its ceiling itself.
 fn ceiling_by(arg: Option<CeilingByArg>, engine: &Engine) -> Result<CeilingBy> {
     let exec = matches!(engine, Engine::Exec { .. });
     match arg {
         Some(CeilingByArg::Cap) if exec => Err(user(
             code::USAGE,
             "--ceiling-by cap: a command run by --exec is a process of its own, which the \
-             allocator's cap cannot reach; its ceiling is held by ballast (one trial per GPU)"
+             allocator's cap cannot reach. Where the command keeps to $OOM_BISECT_MEMORY_LIMIT \
+             itself, use --ceiling-by command; else the ballast holds it (one trial per GPU)"
+                .to_string(),
+        )),
+        Some(CeilingByArg::Command) if !exec => Err(user(
+            code::USAGE,
+            "--ceiling-by command is for a command run by --exec that holds its ceiling itself; \
+             the built-in trial is held by `ballast` or `cap`"
                 .to_string(),
         )),
         Some(CeilingByArg::Cap) => Ok(CeilingBy::Cap),
         Some(CeilingByArg::Ballast) => Ok(CeilingBy::Ballast),
+        Some(CeilingByArg::Command) => Ok(CeilingBy::Command),
         None => Ok(CeilingBy::Ballast),
     }
 }

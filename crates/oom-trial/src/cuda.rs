@@ -145,6 +145,20 @@ fn open_device() -> Result<(String, cudarc::driver::sys::CUdevice)> {
     Ok((name, dev))
 }
 
+/// NVML's view of a CUDA device (the same card, found by its UUID).
+fn nvml_of(dev: cudarc::driver::sys::CUdevice) -> Result<Gpu> {
+    let uuid = result::device::get_uuid(dev).context("could not read the device's UUID")?;
+    Gpu::by_uuid(&uuid.bytes.map(|b| b as u8))
+}
+
+/// Device 0 (the trial's, through `CUDA_VISIBLE_DEVICES`) as NVML sees it, with its name, and no
+/// CUDA context made: a holder that makes none leaves the whole card to its command.
+pub fn nvml_device() -> Result<(String, Gpu)> {
+    let name = probe()?;
+    let dev = result::device::get(0).context("could not open CUDA device 0")?;
+    Ok((name, nvml_of(dev)?))
+}
+
 /// Whose CUDA context the ceiling includes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OwnContext {
@@ -193,9 +207,7 @@ impl CudaCeiling {
     /// The ceiling as a cap in the allocator (`CeilingBy::Cap`), the context measured by NVML.
     fn cap(ceiling: Ceiling) -> Result<CudaCeiling> {
         let (name, dev) = open_device()?;
-        let uuid = result::device::get_uuid(dev).context("could not read the device's UUID")?;
-        let gpu = Gpu::by_uuid(&uuid.bytes.map(|b| b as u8))
-            .context("a capped ceiling reads this process's device memory from NVML")?;
+        let gpu = nvml_of(dev).context("a capped ceiling reads this process's device memory")?;
         let own = gpu.process_used(std::process::id())?.with_context(|| {
             "NVML does not list this process on its GPU (a PID namespace?), so its device memory \
              cannot be capped; run with --ceiling-by ballast"

@@ -3,8 +3,10 @@
 //! - it writes the candidate's config (every override applied) to a file of its own;
 //! - it puts the ceiling in place: on CUDA the driver-level ballast of a burn trial, with its own
 //!   context left out of the ceiling (that context would not exist on the smaller card), so the
-//!   command, its CUDA context included, has exactly the ceiling; on the CPU nothing is enforced and
-//!   the command only hears the ceiling (`OOM_BISECT_MEMORY_LIMIT`);
+//!   command, its CUDA context included, has exactly the ceiling; or, for a command that holds its
+//!   ceiling itself (`--ceiling-by command`), no ballast and no context, only a watch on the
+//!   command's processes ([`watch`]); on the CPU nothing is enforced and the command only hears
+//!   the ceiling (`OOM_BISECT_MEMORY_LIMIT`);
 //! - it runs the command through `sh -c` in the trial's process group, so that Ctrl-C or the
 //!   parent's death takes the command with it, with its output on a pipe of the holder's own;
 //! - while the command runs, it samples the device's memory, turns the command's own
@@ -17,6 +19,8 @@
 
 mod config_file;
 mod contain;
+#[cfg(feature = "cuda")]
+mod watch;
 
 use crate::emit::{emit, since_start};
 use crate::lines::{read_lines, MAX_LINE};
@@ -37,6 +41,9 @@ use std::time::{Duration, Instant};
 pub const CONFIG_ENV: &str = "OOM_BISECT_CONFIG";
 /// The ceiling in bytes, in the command's environment (absent when there is none).
 pub const LIMIT_ENV: &str = "OOM_BISECT_MEMORY_LIMIT";
+/// On CUDA, who holds that ceiling: `ballast` (oom-bisect: nothing for the command to do) or
+/// `command` (the command must keep to it itself).
+pub const HELD_BY_ENV: &str = "OOM_BISECT_CEILING_BY";
 /// Replaced in the command by the config file's path, as one shell word.
 pub const CONFIG_PLACEHOLDER: &str = "{config}";
 /// How often memory is read while the command runs: device memory is one driver call; resident
@@ -118,7 +125,8 @@ pub fn run(req: &Request, command: &str) -> Result<()> {
     while let Ok(f) = lines.recv_timeout(until.saturating_duration_since(Instant::now())) {
         peak.take(f, now);
     }
-    let (peak_bytes, peak_source) = peak.best(held.backend);
+    let (peak_bytes, peak_source) = peak.best(&held);
+    let unheld = held.unheld(peak.sampled);
     let kills = contain.oom_kills();
     emit(&ChildEvent::Exited(Exited {
         code: status.and_then(|s| s.code()),
@@ -128,6 +136,7 @@ pub fn run(req: &Request, command: &str) -> Result<()> {
         timed_out: status.is_none(),
         peak_bytes,
         peak_source,
+        unheld,
     }));
     Ok(())
 }
@@ -173,25 +182,69 @@ struct Held {
     backend: BackendKind,
     /// The command's extra environment: the ceiling, and on CUDA the device it is on.
     env: Vec<(String, String)>,
+    reader: Reader,
+}
+
+/// Where the command's memory is read.
+enum Reader {
+    /// The resident memory of its processes (the CPU).
+    Resident,
+    /// The device's, less the ballast and the holder's context.
     #[cfg(feature = "cuda")]
-    cuda: Option<crate::cuda::CudaCeiling>,
+    Ballast(crate::cuda::CudaCeiling),
+    /// Its processes' own, from NVML (`--ceiling-by command`).
+    #[cfg(feature = "cuda")]
+    Watch(watch::Watch),
 }
 
 impl Held {
     /// The command's memory now: on CUDA its device memory, on the CPU the resident memory of its
     /// processes together.
     fn now(&self) -> Option<u64> {
-        #[cfg(feature = "cuda")]
-        if let Some(c) = &self.cuda {
-            return Some(c.used_beside());
+        match &self.reader {
+            Reader::Resident => group_resident(),
+            #[cfg(feature = "cuda")]
+            Reader::Ballast(c) => Some(c.used_beside()),
+            #[cfg(feature = "cuda")]
+            Reader::Watch(w) => w.used(),
         }
-        group_resident()
     }
 
     fn sample_every(&self) -> Duration {
         match self.backend {
             BackendKind::Cuda => SAMPLE_CUDA,
             BackendKind::Cpu => SAMPLE_CPU,
+        }
+    }
+
+    /// How [`Held::now`] reads, for the report.
+    fn source(&self) -> &'static str {
+        match &self.reader {
+            Reader::Resident => {
+                "resident memory of the command's processes: read every 50 ms, and the largest \
+                 one's own peak"
+            }
+            #[cfg(feature = "cuda")]
+            Reader::Ballast(_) => {
+                "device memory read every 10 ms, less the ballast and the holder's context"
+            }
+            #[cfg(feature = "cuda")]
+            Reader::Watch(_) => {
+                "the device memory of the command's processes (NVML), read every 10 ms"
+            }
+        }
+    }
+
+    /// Why the holder cannot vouch that the command kept to its ceiling, where the command holds
+    /// it itself; `sampled` is the highest reading of [`Held::now`].
+    fn unheld(&self, sampled: Option<u64>) -> Option<String> {
+        match &self.reader {
+            #[cfg(feature = "cuda")]
+            Reader::Watch(w) => w.unheld(sampled),
+            _ => {
+                let _ = sampled;
+                None
+            }
         }
     }
 }
@@ -240,8 +293,7 @@ fn hold(req: &Request) -> Result<Held> {
             Ok(Held {
                 backend: BackendKind::Cpu,
                 env: limit_env(ceiling),
-                #[cfg(feature = "cuda")]
-                cuda: None,
+                reader: Reader::Resident,
             })
         }
         BackendKind::Cuda => hold_cuda(req),
@@ -257,19 +309,32 @@ fn limit_env(ceiling: Option<u64>) -> Vec<(String, String)> {
 #[cfg(feature = "cuda")]
 fn hold_cuda(req: &Request) -> Result<Held> {
     use crate::cuda::{CudaCeiling, OwnContext};
-    // A command in a process of its own cannot be capped from here: ballast only.
-    let ceiling =
-        CudaCeiling::install(req.ceiling, OwnContext::Excluded, crate::CeilingBy::Ballast)?;
+    let (reader, device, context_bytes) = if req.ceiling_by == crate::CeilingBy::Command {
+        let w = watch::Watch::start(req.ceiling)?;
+        let device = format!("{} (your command, which holds its ceiling)", w.device_name);
+        (Reader::Watch(w), device, 0)
+    } else {
+        // A command in a process of its own cannot be capped from here: ballast.
+        let c = CudaCeiling::install(req.ceiling, OwnContext::Excluded, crate::CeilingBy::Ballast)?;
+        let device = format!(
+            "{} (your command; the holder's own context of {} is not counted)",
+            c.device_name,
+            crate::fmt_bytes(c.context_bytes)
+        );
+        let context = c.context_bytes;
+        (Reader::Ballast(c), device, context)
+    };
+    let (ceiling_bytes, total_bytes, held_by) = match &reader {
+        Reader::Watch(w) => (w.ceiling_bytes, w.total_bytes, "command"),
+        Reader::Ballast(c) => (c.ceiling_bytes, c.total_bytes, "ballast"),
+        Reader::Resident => unreachable!("a CUDA holder reads the device"),
+    };
     emit(&ChildEvent::Start {
         backend: BackendKind::Cuda,
-        device: format!(
-            "{} (your command; the holder's own context of {} is not counted)",
-            ceiling.device_name,
-            crate::fmt_bytes(ceiling.context_bytes)
-        ),
-        ceiling_bytes: ceiling.ceiling_bytes,
-        context_bytes: ceiling.context_bytes,
-        total_bytes: ceiling.total_bytes,
+        device,
+        ceiling_bytes,
+        context_bytes,
+        total_bytes,
         seconds: since_start(),
     });
     // The command sees the one device the holder holds: the first of an inherited list.
@@ -279,12 +344,13 @@ fn hold_cuda(req: &Request) -> Result<Held> {
         .next()
         .filter(|d| !d.is_empty())
         .unwrap_or("0");
-    let mut env = limit_env(Some(ceiling.ceiling_bytes));
+    let mut env = limit_env(Some(ceiling_bytes));
+    env.push((HELD_BY_ENV.into(), held_by.into()));
     env.push(("CUDA_VISIBLE_DEVICES".into(), first.to_string()));
     Ok(Held {
         backend: BackendKind::Cuda,
         env,
-        cuda: Some(ceiling),
+        reader,
     })
 }
 
@@ -320,25 +386,19 @@ impl Peak {
         });
     }
 
-    fn best(&self, backend: BackendKind) -> (Option<u64>, Option<String>) {
+    fn best(&self, held: &Held) -> (Option<u64>, Option<String>) {
         if let Some(p) = self.own {
             return (Some(p), Some("the command's own figure".into()));
         }
-        let (peak, how) = match backend {
-            BackendKind::Cuda => (
-                self.sampled,
-                "device memory read every 10 ms, less the ballast and the holder's context",
-            ),
-            // A short spike between two readings is caught by the kernel's own count for the
-            // largest single process.
-            BackendKind::Cpu => (
-                self.sampled.max(largest_resident_set()),
-                "resident memory of the command's processes: read every 50 ms, and the largest \
-                 one's own peak",
-            ),
+        // On the CPU a short spike between two readings is caught by the kernel's own count for
+        // the largest single process.
+        let peak = match held.reader {
+            Reader::Resident => self.sampled.max(largest_resident_set()),
+            #[cfg(feature = "cuda")]
+            _ => self.sampled,
         };
         match peak.filter(|p| *p > 0) {
-            Some(p) => (Some(p), Some(how.into())),
+            Some(p) => (Some(p), Some(held.source().into())),
             None => (None, None),
         }
     }

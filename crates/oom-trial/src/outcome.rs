@@ -370,8 +370,19 @@ fn divergence(steps: &[StepRecord], check: f64) -> Option<String> {
 /// [`crate::classify::failure_message`]) is an out-of-memory, or the kernel's OOM killer killing one of its own
 /// processes, is an out-of-memory; any other failure is an error. An out-of-memory that the
 /// command logged, recovered from or printed in a dump is not its failure; a command that printed
-/// one and still exited 0 (a batch-size finder) fits.
+/// one and still exited 0 (a batch-size finder) fits. A fit or an out-of-memory of a command that
+/// did not keep to the ceiling it held itself (`Exited::unheld`) is an error: it measured another
+/// card.
 fn classify_exec(r: &mut TrialReport, x: &Exited, at: Option<&Location>, stderr: &str) {
+    exec_verdict(r, x, at, stderr);
+    if let (Some(why), TrialOutcome::Fits | TrialOutcome::Oom) = (&x.unheld, r.outcome) {
+        r.outcome = TrialOutcome::Error;
+        r.oom = None;
+        r.error = Some(why.clone());
+    }
+}
+
+fn exec_verdict(r: &mut TrialReport, x: &Exited, at: Option<&Location>, stderr: &str) {
     if x.timed_out {
         r.outcome = TrialOutcome::Timeout;
         r.error = Some(format!(
@@ -541,5 +552,35 @@ mod tests {
         }];
         let r = assemble(&events, ChildExit::Code(exit::FITS), "", 2.0);
         assert_eq!(r.outcome, TrialOutcome::Error);
+    }
+
+    /// A command that held its ceiling itself and went past it measured another card: neither its
+    /// fit nor its out-of-memory stands; its own failure stays its own.
+    #[test]
+    fn a_command_past_the_ceiling_it_held_is_an_error() {
+        let exited = |code, unheld: Option<&str>| {
+            ChildEvent::Exited(Exited {
+                code: Some(code),
+                peak_bytes: Some(30 << 30),
+                unheld: unheld.map(str::to_string),
+                ..Exited::default()
+            })
+        };
+        let past = Some("the command's processes used 30.00 GiB, more than the ceiling");
+        let oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n";
+        for (code, stderr) in [(0, ""), (1, oom)] {
+            let r = assemble(&[exited(code, past)], ChildExit::Code(0), stderr, 2.0);
+            assert_eq!(r.outcome, TrialOutcome::Error, "{r:?}");
+            assert!(r.oom.is_none() && r.error.as_deref() == past, "{r:?}");
+            let r = assemble(&[exited(code, None)], ChildExit::Code(0), stderr, 2.0);
+            assert_ne!(r.outcome, TrialOutcome::Error, "{r:?}");
+        }
+        let r = assemble(
+            &[exited(2, past)],
+            ChildExit::Code(0),
+            "usage: bad flag\n",
+            2.0,
+        );
+        assert!(r.error.unwrap().contains("exited with code 2"));
     }
 }

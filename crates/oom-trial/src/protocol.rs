@@ -47,8 +47,8 @@ pub enum Ceiling {
     Fraction(f64),
 }
 
-/// How a CUDA trial's ceiling is enforced. Both refuse a page that would take the trial past the
-/// ceiling, its CUDA context counted; `docs/performance.md` shows they give the same verdicts.
+/// How a CUDA trial's ceiling is enforced. Each refuses a page that would take the trial past the
+/// ceiling, its CUDA context counted; `docs/performance.md` compares their verdicts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CeilingBy {
@@ -59,6 +59,11 @@ pub enum CeilingBy {
     /// The vendored allocator refuses a page when the device memory the process uses (NVML's
     /// per-process figure) plus the page would pass the ceiling: trials share a GPU.
     Cap,
+    /// A `--exec` command holds the ceiling itself (`$OOM_BISECT_MEMORY_LIMIT`, its context
+    /// counted; PyTorch: `set_per_process_memory_fraction`); the holder reads the device memory of
+    /// the command's processes from NVML, and a run past the ceiling is an error: trials share a
+    /// GPU.
+    Command,
 }
 
 impl CeilingBy {
@@ -66,7 +71,13 @@ impl CeilingBy {
         match self {
             CeilingBy::Ballast => "ballast",
             CeilingBy::Cap => "cap",
+            CeilingBy::Command => "command",
         }
+    }
+
+    /// Whether trials under this ceiling share a GPU (nothing fills the rest of the card).
+    pub fn shares_gpu(self) -> bool {
+        self != CeilingBy::Ballast
     }
 }
 
@@ -259,6 +270,11 @@ pub struct Exited {
     /// resident set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_source: Option<String>,
+    /// Under `--ceiling-by command`: why the holder cannot vouch that the command kept to its
+    /// ceiling (it went past it, or NVML never listed its processes). Such a run measured nothing
+    /// a card of that size allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unheld: Option<String>,
 }
 
 /// A float that may be NaN or infinite: JSON has no such numbers (serde_json writes `null`, which

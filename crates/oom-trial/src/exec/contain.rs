@@ -227,6 +227,22 @@ fn zombie(pid: i32) -> bool {
     stat_fields(&pid.to_string()).is_none_or(|f| f.first().map(String::as_str) == Some("Z"))
 }
 
+/// Whether `pid` descends from this process, by its parent links in `/proc` (what escaped into a
+/// session of its own still does: the holder is a subreaper).
+pub fn descends_from_me(pid: u32) -> bool {
+    let me = std::process::id();
+    let mut p = pid;
+    // Deeper than any real process tree; a cycle (a PID reused mid-walk) ends here too.
+    for _ in 0..64 {
+        match stat_fields(&p.to_string()).and_then(|f| f.get(1)?.parse::<u32>().ok()) {
+            Some(parent) if parent == me => return true,
+            Some(parent) if parent > 1 => p = parent,
+            _ => return false,
+        }
+    }
+    false
+}
+
 /// Every descendant of this process, from the parent links in `/proc`.
 pub fn descendants() -> Vec<i32> {
     let mut parent_of = vec![];

@@ -9,7 +9,8 @@ ceiling) run through `oom-bisect trial --exec` with the PyTorch reference, once 
     python3 tools/pytorch/ceilings.py --out /tmp/ceilings --table   # the table again, from files
 
 The command-held runs go first (they are the fast half), then the ballast runs one by one until
-`--deadline` seconds have passed; the table pairs what both sides measured. Writes
+`--deadline` seconds have passed; a run whose report is already in OUT is not repeated, so a second
+call finishes what the first left. The table pairs what both sides measured. Writes
 OUT/NAME.{ballast,command}.json (the trial reports) and prints the table of docs/performance.md.
 """
 import argparse
@@ -28,6 +29,8 @@ TORCH = f"{sys.executable} {sweep.REF} {{config}}"
 
 def trial(binary, out, name, cfg, sets, held_by):
     path = os.path.join(out, f"{name}.{held_by}.json")
+    if os.path.exists(path):  # measured by an earlier call into the same --out
+        return
     args = [binary, "trial", "--backend", "cuda", "--config", cfg, *sweep.sets_args(sets),
             "--memory-limit", sweep.LIMIT, "--ceiling-by", held_by, "--exec", TORCH,
             "--json", path]

@@ -54,7 +54,7 @@ LAYERS = {"resnet18": [2, 2, 2, 2], "resnet34": [3, 4, 6, 3], "resnet50": [3, 4,
 AUX_WEIGHT = 0.5
 EXIT_OOM, EXIT_REFUSED, EXIT_UNSUPPORTED = 3, 4, 2
 # How often a capped run measures again what it holds outside the caching allocator.
-RECAP_SECONDS = 0.005
+RECAP_SECONDS = 0.01
 
 
 class Unsupported(Exception):
@@ -342,15 +342,28 @@ def cap(limit):
     one card (oom-bisect's `--ceiling-by command`): the caching allocator may reserve the limit less
     what the process holds outside it (measured by NVML, not assumed). That outside part grows
     while the run loads the kernels it launches for the first time (CUDA loads modules lazily), so
-    it is measured again every few milliseconds on a thread of its own. Returns no ballast."""
+    it is measured again every 10 ms on a thread of its own. Returns no ballast."""
     torch.cuda.init()
     torch.zeros(1, device="cuda")  # the context exists from here on
     nvml, dev = Nvml(), torch.cuda.current_device()
-    total = torch.cuda.get_device_properties(dev).total_memory
+    # What the allocator multiplies the fraction by (cudaMemGetInfo's total, not the device
+    # properties' figure, which may differ).
+    total = torch.cuda.mem_get_info(dev)[1]
+    fraction = [None]
 
     def outside():
-        held = nvml.used() - torch.cuda.memory_reserved(dev)
-        torch.cuda.set_per_process_memory_fraction(max(limit - held, 0) / total, dev)
+        # The allocator's figure on both sides of NVML's: a segment allocated or freed between the
+        # two readings would count as outside (or not) for a moment; read again then.
+        while True:
+            reserved = torch.cuda.memory_reserved(dev)
+            used = nvml.used()
+            if torch.cuda.memory_reserved(dev) == reserved:
+                break
+        held = used - reserved
+        f = max(limit - held, 0) / total
+        if f != fraction[0]:
+            torch.cuda.set_per_process_memory_fraction(f, dev)
+            fraction[0] = f
         return held
 
     emit(context_bytes=outside())

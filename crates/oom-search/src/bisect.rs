@@ -455,19 +455,26 @@ fn tally(outcomes: &[Outcome], want: Outcome) -> String {
     )
 }
 
-/// The probes that may follow a plain bisection probe `i` between `lo` and `hi`: the middles of
-/// both halves.
+/// The probes that may follow a plain bisection probe `i` between `lo` and `hi`, nearest first:
+/// the middles of both halves, then of the four quarters (one of each pair will be asked for
+/// whatever `i` says; idle slots start as many as they can, in this order).
 fn middles(i: usize, lo: usize, hi: usize, open: &[usize]) -> Vec<usize> {
-    let inside = |a: usize, b: usize| -> Vec<usize> {
-        open.iter().copied().filter(|j| *j > a && *j < b).collect()
+    let middle = |a: usize, b: usize| -> Option<usize> {
+        let o: Vec<usize> = open.iter().copied().filter(|j| *j > a && *j < b).collect();
+        (!o.is_empty()).then(|| nearest_middle(a, b, &o))
     };
-    [(i, hi), (lo, i)]
-        .into_iter()
-        .filter_map(|(a, b)| {
-            let o = inside(a, b);
-            (!o.is_empty()).then(|| nearest_middle(a, b, &o))
-        })
-        .collect()
+    let mut found = vec![];
+    for (a, b) in [(i, hi), (lo, i)] {
+        if let Some(m) = middle(a, b) {
+            found.push((m, a, b));
+        }
+    }
+    let quarters: Vec<usize> = found
+        .iter()
+        .flat_map(|&(m, a, b)| [middle(m, b), middle(a, m)])
+        .flatten()
+        .collect();
+    found.iter().map(|f| f.0).chain(quarters).collect()
 }
 
 /// Plain bisection: the open value nearest the middle.

@@ -5,6 +5,7 @@
 # (five trials at once) and by the ballast (one at a time), accelerate's find_executable_batch_size
 # in the same call, and the built-in search under the cap (cold kernel cache) where time is left.
 # Results: $OUT/run34.tar.gz.
+# Ran with the build of commit 9fd2a34 (the first follower in the reference: NVML, then the allocator).
 RUN=run34
 . docs/runs/prelude.sh
 TORCH='python3 tools/pytorch/deeplabv3plus.py {config}'
@@ -16,6 +17,7 @@ bench() { # NAME LIMIT ARGS…
 }
 CAPACITY="--config $R50 --set model.output_stride=16 --memory-limit 24GiB --axes batch"
 t0=$SECONDS
+# (the sanity trial failed: `--axes` in $CAPACITY is not a `trial` option)
 timeout 90 $B trial --backend cuda $CAPACITY --set data.batch=8 --ceiling-by command \
   --exec "$TORCH" --json $R/sanity.json > $R/sanity.txt 2>&1
 log "sanity rc=$? $((SECONDS - t0))s"

@@ -6,6 +6,12 @@
 # side on the sweep's 44 candidates (tools/pytorch/ceilings.py; a second call, PART=b, finishes the
 # ballast half from .gpu/run35-c carried back).
 # Results: $OUT/run35$PART.tar.gz; the table in $R/table.md.
+# What ran: part a (the ballast half stopped at its deadline, 35 of 44 pairs); part b failed (its
+# `cp .gpu/run35-c/*` met prelude.sh's `set -f`, fixed since) and ran to the call's limit with nothing
+# back; the last nine ballast runs then ran on the same warm machine into part a's folder:
+#   python3 tools/pytorch/ceilings.py --bin /tmp/bin/oom-bisect --out /tmp/run35a/c --deadline 120
+# docs/runs/h200/run35 holds part a's files with that table (table.md; table-first-call.md: 35 pairs).
+# Ran with the build of commit 11e51d4.
 PART=${PART:-a}
 RUN=run35$PART
 . docs/runs/prelude.sh
@@ -23,7 +29,7 @@ if [ $PART = a ]; then
     > $R/exec-command.txt 2> $R/exec-command.progress.txt
   log "exec-command (guesses on) rc=$? $((SECONDS - t0))s"
 else
-  mkdir -p $R/c && cp .gpu/run35-c/* $R/c/
+  mkdir -p $R/c && cp -r .gpu/run35-c/. $R/c/   # no glob: prelude.sh sets -f
 fi
 t0=$SECONDS
 python3 tools/pytorch/ceilings.py --bin $B --out $R/c --deadline $((570 - SECONDS)) > $R/table.md 2> $R/ceilings.err

@@ -17,7 +17,7 @@ use crate::cli::BisectArgs;
 use crate::exit_codes::{self as code, user};
 use crate::settings::DeviceSettings;
 use anyhow::Result;
-use oom_trial::{BackendKind, ProcessRunner, Worker};
+use oom_trial::{BackendKind, CeilingBy, ProcessRunner, Worker};
 
 /// One worker's place: its label and what its trials' processes get.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,7 +37,8 @@ pub struct Dispatch {
     /// ask for is started ahead regardless). Not where slots share one device, several per GPU
     /// under the cap or the CPU's cores: a guess there takes compute from the trials the search
     /// waits on (forum under the cap 207 s → 173 s, the CPU quickstart 54 s → 48 s:
-    /// docs/performance.md). `OOM_BISECT_GUESSES=on|off` overrides, for measuring.
+    /// docs/performance.md); but yes for commands that hold their own ceiling (below).
+    /// `OOM_BISECT_GUESSES=on|off` overrides, for measuring.
     pub guesses: bool,
 }
 
@@ -72,7 +73,14 @@ impl Dispatch {
             return launcher(l, jobs);
         }
         match device.backend {
-            BackendKind::Cuda => gpus(args.devices.as_deref(), jobs, sharing(device)),
+            BackendKind::Cuda => {
+                let mut d = gpus(args.devices.as_deref(), jobs, sharing(device))?;
+                // A command that holds its own ceiling is, in practice, a framework's start-up
+                // (the PyTorch reference: 10.4 s a trial five at once, 11.1 s alone): guesses
+                // cost the trials waited on little (capacity 111 s → 61 s, docs/performance.md).
+                d.guesses |= device.ceiling_by == CeilingBy::Command;
+                Ok(d)
+            }
             BackendKind::Cpu => {
                 if args.devices.is_some() {
                     return Err(usage("--devices names CUDA devices; on the CPU use --jobs"));

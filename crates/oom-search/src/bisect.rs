@@ -489,3 +489,15 @@ fn nearest_middle(lo: usize, hi: usize, open: &[usize]) -> usize {
         })
         .expect("open is not empty")
 }
+
+#[cfg(test)]
+mod tests {
+    /// Idle slots take the likeliest next probes first: the halves' middles, then the quarters'.
+    #[test]
+    fn the_middles_of_the_halves_come_before_the_quarters() {
+        let open: Vec<usize> = (1..16).collect();
+        assert_eq!(super::middles(8, 0, 16, &open), [12, 4, 14, 10, 6, 2]);
+        // Only what is open: a half with nothing left in it adds nothing.
+        assert_eq!(super::middles(2, 0, 4, &[1, 2, 3]), [3, 1]);
+    }
+}

@@ -353,4 +353,36 @@ mod tests {
         c.sweep();
         assert!(!sleeping(&descendants()));
     }
+
+    /// The watch of `--ceiling-by command` counts a grandchild's device memory, and nothing of a
+    /// process outside the tree.
+    #[test]
+    fn a_grandchild_descends_and_the_parent_does_not() {
+        // Nothing of ours on its pipes: a `sleep` left behind must not hold the test's output open.
+        let mut sh = std::process::Command::new("/bin/sh")
+            .args(["-c", "sleep 7031 & wait"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let grandchild = descendants()
+            .into_iter()
+            .find(|p| {
+                let comm = std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+                stat_fields(&p.to_string())
+                    .and_then(|f| f.get(1)?.parse::<u32>().ok())
+                    .is_some_and(|parent| parent == sh.id())
+                    && comm.trim() == "sleep"
+            })
+            .expect("the grandchild runs");
+        assert!(descends_from_me(grandchild as u32));
+        assert!(descends_from_me(sh.id()));
+        assert!(!descends_from_me(std::process::id()));
+        assert!(!descends_from_me(1));
+        // SAFETY: kill on a PID of our own tree.
+        unsafe { libc::kill(grandchild, libc::SIGKILL) };
+        sh.wait().unwrap();
+    }
 }

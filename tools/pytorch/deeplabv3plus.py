@@ -512,9 +512,8 @@ def arguments():
                    help="print the parameters per module id (as `oom-bisect inspect`) and stop")
     p.add_argument("--cap", action="store_true",
                    help="hold --memory-limit inside this process (PyTorch's per-process memory "
-                   "fraction, what it holds outside the allocator measured by NVML every few "
-                   "milliseconds) instead of a ballast, so that runs "
-                   "can share a card")
+                   "fraction, what it holds outside the allocator measured by NVML every 10 ms) "
+                   "instead of a ballast, so that runs can share a card")
     p.add_argument("--fused-attention", action="store_true",
                    help="attention through PyTorch's fused kernels (need_weights=False), as "
                    "model.attention_kernel = \"efficient\"")

@@ -18,11 +18,9 @@ pub fn id(
     ceiling_by: CeilingBy,
 ) -> String {
     // The ballast (the default) adds nothing, so that journals written before the cap still resume.
-    let held = match (backend, ceiling_by) {
-        (BackendKind::Cuda, CeilingBy::Cap | CeilingBy::Command) => {
-            format!(" ceiling-by={}", ceiling_by.name())
-        }
-        _ => String::new(),
+    let held = match backend == BackendKind::Cuda && ceiling_by.shares_gpu() {
+        true => format!(" ceiling-by={}", ceiling_by.name()),
+        false => String::new(),
     };
     format!(
         "{}|{}|{:?}|{:?}|{}{held}|oom-bisect {}",

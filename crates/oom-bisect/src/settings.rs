@@ -146,7 +146,7 @@ impl DeviceSettings {
         if self.trial_timeout != Duration::from_secs(crate::cli::DEFAULT_TRIAL_TIMEOUT) {
             parts.push(format!("--trial-timeout {}", self.trial_timeout.as_secs()));
         }
-        if self.backend == BackendKind::Cuda && self.ceiling_by != CeilingBy::Ballast {
+        if self.backend == BackendKind::Cuda && self.ceiling_by.shares_gpu() {
             parts.push(format!("--ceiling-by {}", self.ceiling_by.name()));
         }
         match &self.engine {

@@ -309,10 +309,11 @@ fn limit_env(ceiling: Option<u64>) -> Vec<(String, String)> {
 #[cfg(feature = "cuda")]
 fn hold_cuda(req: &Request) -> Result<Held> {
     use crate::cuda::{CudaCeiling, OwnContext};
-    let (reader, device, context_bytes) = if req.ceiling_by == crate::CeilingBy::Command {
+    let (ceiling_bytes, reader, held_by) = if req.ceiling_by == crate::CeilingBy::Command {
         let w = watch::Watch::start(req.ceiling)?;
         let device = format!("{} (your command, which holds its ceiling)", w.device_name);
-        (Reader::Watch(w), device, 0)
+        emit_start(device, w.ceiling_bytes, 0, w.total_bytes);
+        (w.ceiling_bytes, Reader::Watch(w), "command")
     } else {
         // A command in a process of its own cannot be capped from here: ballast.
         let c = CudaCeiling::install(req.ceiling, OwnContext::Excluded, crate::CeilingBy::Ballast)?;
@@ -321,22 +322,9 @@ fn hold_cuda(req: &Request) -> Result<Held> {
             c.device_name,
             crate::fmt_bytes(c.context_bytes)
         );
-        let context = c.context_bytes;
-        (Reader::Ballast(c), device, context)
+        emit_start(device, c.ceiling_bytes, c.context_bytes, c.total_bytes);
+        (c.ceiling_bytes, Reader::Ballast(c), "ballast")
     };
-    let (ceiling_bytes, total_bytes, held_by) = match &reader {
-        Reader::Watch(w) => (w.ceiling_bytes, w.total_bytes, "command"),
-        Reader::Ballast(c) => (c.ceiling_bytes, c.total_bytes, "ballast"),
-        Reader::Resident => unreachable!("a CUDA holder reads the device"),
-    };
-    emit(&ChildEvent::Start {
-        backend: BackendKind::Cuda,
-        device,
-        ceiling_bytes,
-        context_bytes,
-        total_bytes,
-        seconds: since_start(),
-    });
     // The command sees the one device the holder holds: the first of an inherited list.
     let visible = std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_default();
     let first = visible
@@ -352,6 +340,18 @@ fn hold_cuda(req: &Request) -> Result<Held> {
         env,
         reader,
     })
+}
+
+#[cfg(feature = "cuda")]
+fn emit_start(device: String, ceiling_bytes: u64, context_bytes: u64, total_bytes: u64) {
+    emit(&ChildEvent::Start {
+        backend: BackendKind::Cuda,
+        device,
+        ceiling_bytes,
+        context_bytes,
+        total_bytes,
+        seconds: since_start(),
+    });
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -101,15 +101,16 @@ impl Gpu {
     /// Device memory process `pid` uses on this GPU, context included; `None` when NVML does not
     /// list it (no memory yet, or a PID namespace NVML cannot see into).
     pub fn process_used(&self, pid: u32) -> Result<Option<u64>> {
-        Ok(self
-            .processes()?
+        self.processes()?
             .into_iter()
             .find(|(p, _)| *p == pid)
-            .map(|(_, used)| used))
+            .map(|(_, used)| used.context("NVML does not account per-process memory here"))
+            .transpose()
     }
 
-    /// Every compute process on this GPU with the device memory it uses, context included.
-    pub fn processes(&self) -> Result<Vec<(u32, u64)>> {
+    /// Every compute process on this GPU with the device memory it uses, context included (`None`
+    /// where the driver does not account it, e.g. in some containers).
+    pub fn processes(&self) -> Result<Vec<(u32, Option<u64>)>> {
         let mut infos = vec![ProcessInfo::default(); 64];
         loop {
             let mut n = infos.len() as c_uint;
@@ -120,11 +121,15 @@ impl Gpu {
                 continue;
             }
             check("process query", ret)?;
-            let listed = &infos[..n as usize];
-            if listed.iter().any(|p| p.used_gpu_memory == NOT_AVAILABLE) {
-                bail!("NVML does not account per-process memory here");
-            }
-            return Ok(listed.iter().map(|p| (p.pid, p.used_gpu_memory)).collect());
+            return Ok(infos[..n as usize]
+                .iter()
+                .map(|p| {
+                    (
+                        p.pid,
+                        (p.used_gpu_memory != NOT_AVAILABLE).then_some(p.used_gpu_memory),
+                    )
+                })
+                .collect());
         }
     }
 

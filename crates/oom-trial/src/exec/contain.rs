@@ -229,6 +229,8 @@ fn zombie(pid: i32) -> bool {
 
 /// Whether `pid` descends from this process, by its parent links in `/proc` (what escaped into a
 /// session of its own still does: the holder is a subreaper).
+// Only the CUDA watch (`--ceiling-by command`) asks.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub fn descends_from_me(pid: u32) -> bool {
     let me = std::process::id();
     let mut p = pid;

@@ -50,9 +50,9 @@ impl Watch {
     }
 
     /// The device memory the command's processes use now, contexts included; `None` while NVML
-    /// lists none of them (or cannot be read).
+    /// lists none of them, or does not account one of them, or cannot be read.
     pub fn used(&self) -> Option<u64> {
-        let mine: Vec<u64> = self
+        let mine: Vec<Option<u64>> = self
             .gpu
             .processes()
             .ok()?
@@ -60,7 +60,10 @@ impl Watch {
             .filter(|(pid, _)| super::contain::descends_from_me(*pid))
             .map(|(_, used)| used)
             .collect();
-        (!mine.is_empty()).then(|| mine.iter().sum())
+        if mine.is_empty() {
+            return None;
+        }
+        mine.into_iter().sum()
     }
 
     /// Why the run cannot be vouched for, given the highest reading of [`Watch::used`].

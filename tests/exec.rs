@@ -76,6 +76,10 @@ fn a_command_that_ends_well_fits_with_its_peak() {
         "{r}"
     );
     assert!(text(&o).contains("setup"), "its stage lines are readings");
+    // Its finished step is a step, and what it left held is what does not grow with the batch
+    // (resnet18's 12 MiB of weights, three copies with SGD's state): the search predicts from it.
+    assert_eq!(r["steps"][0]["loss"], 0.5, "{r}");
+    assert_eq!(r["base_bytes"].as_u64(), Some(36 << 20), "{r}");
     // Its own figure wins over what was sampled.
     let (o, r) = toy_trial("own-peak", "200MiB", "own-peak");
     assert_eq!(code(&o), 0, "{}", text(&o));

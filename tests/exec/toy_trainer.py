@@ -30,11 +30,17 @@ PER_PIXEL = 600
 SAVES = {"attention": 0.40, "aspp": 0.20, "decoder": 0.15, "aux_head": 0.10}
 
 
+def state_of(c):
+    """What stays held between steps: the weights and the optimizer's state."""
+    m, t = c["model"], c.get("train", {})
+    w = WEIGHTS[m["backbone"]]
+    return w * ({"forward": 1, "backward": 2}.get(t.get("phase", "step")) or (4 if t.get("optimizer") == "adamw" else 3))
+
+
 def need(c):
     m, d, t = c["model"], c["data"], c.get("train", {})
     phase = t.get("phase", "step")
-    w = WEIGHTS[m["backbone"]]
-    state = w * ({"forward": 1, "backward": 2}.get(phase) or (4 if t.get("optimizer") == "adamw" else 3))
+    state = state_of(c)
     h, wd = d["size"]
     act = d["batch"] * h * wd * PER_PIXEL * (16 / m["output_stride"]) ** 2
     act *= 0.5 if t.get("precision", "f32") in ("bf16", "f16") else 1.0
@@ -94,6 +100,7 @@ def main():
     if mode == "own-peak":
         say(peak_bytes=n)
     print(f"toy: step 1 loss {0.5:.3f}")
+    say(step_done=1, loss=0.5, in_use_bytes=state_of(c))
     return 0
 
 

@@ -29,6 +29,7 @@ script cannot honour, or a bad argument; anything else is an error.
 import argparse
 import ctypes
 import json
+import math
 import os
 import sys
 import threading
@@ -407,6 +408,14 @@ class Marks:
                 figures["in_use_bytes"] = torch.cuda.memory_allocated()
             print(json.dumps({"oom_bisect": figures}), flush=True)
 
+    def step_done(self, loss):
+        """The step has finished: what it leaves held (weights, optimizer state, the batch) is what
+        does not grow with the batch, from which oom-bisect predicts a boundary. A step whose loss
+        is not finite is not reported (JSON has no NaN)."""
+        if self.on and self.cuda and math.isfinite(loss):
+            figures = {"step_done": self.step, "loss": loss, "in_use_bytes": torch.cuda.memory_allocated()}
+            print(json.dumps({"oom_bisect": figures}), flush=True)
+
 
 def modules(c):
     """Trainable parameters, in total and per module id, as `oom-bisect inspect` lists them."""
@@ -490,8 +499,10 @@ def train(c, args):
             torch.cuda.synchronize()
         peaks = dict(allocated_peak=torch.cuda.max_memory_allocated() - args.ballast,
                      reserved_peak=torch.cuda.max_memory_reserved() - args.ballast) if cuda else {}
-        emit(step=step, loss=loss.item(), **peaks)
+        value = loss.item()
+        emit(step=step, loss=value, **peaks)
         del out, aux, loss
+        mark.step_done(value)
     peaks = dict(allocated_peak=torch.cuda.max_memory_allocated() - args.ballast,
                  reserved_peak=torch.cuda.max_memory_reserved() - args.ballast,
                  device=torch.cuda.get_device_name()) if cuda else {"device": "cpu"}

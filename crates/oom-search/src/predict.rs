@@ -163,6 +163,14 @@ impl Predictor {
         }
     }
 
+    /// The probe [`Predictor::next_guess`] would start with between `lo` and `hi`, every value
+    /// between open; changes nothing.
+    pub(crate) fn first_guess(&self, lo: usize, hi: usize) -> Option<usize> {
+        (self.left > 0 && self.last.is_none() && hi > lo + 1)
+            .then(|| self.predict(lo, hi))
+            .flatten()
+    }
+
     /// How far the next probe after a predicted one lies from it.
     fn step(&self) -> usize {
         1 << self.streak.min(16)

@@ -384,6 +384,97 @@ fn an_overshooting_prediction_gallops_back_instead_of_bisecting_the_axis() {
     );
 }
 
+/// [`GrowingSlack`] that also writes down, in order, what it runs and what it is told to start
+/// ahead (`sure` or `guess`, the batches).
+struct Told {
+    inner: GrowingSlack,
+    log: Vec<String>,
+}
+
+/// `38`, or `38#1` for a re-run.
+fn told(c: &Candidate, attempt: u32) -> String {
+    let b = c.get("data.batch").unwrap_or("original");
+    match attempt {
+        0 => b.to_string(),
+        n => format!("{b}#{n}"),
+    }
+}
+
+impl Oracle for Told {
+    fn run(&mut self, c: &Candidate, attempt: u32) -> Measurement {
+        self.log.push(format!("run {}", told(c, attempt)));
+        self.inner.run(c, attempt)
+    }
+
+    fn prefetch(&mut self, asks: &[(Candidate, u32)], sure: bool) {
+        let batches: Vec<String> = asks
+            .iter()
+            .filter(|(c, _)| c.get("data.batch").is_some())
+            .map(|(c, a)| told(c, *a))
+            .collect();
+        let kind = if sure { "sure" } else { "guess" };
+        self.log.push(format!("{kind} {}", batches.join(" ")));
+    }
+}
+
+/// A capacity search starts its first predicted probe beside the top of the axis, not after it:
+/// where the original fits, the prediction needs nothing but the top's running out of memory.
+#[test]
+fn the_first_prediction_starts_beside_the_top() {
+    let a = Axis {
+        original: 3,
+        ..axis("batch", "data.batch", 64)
+    };
+    let mut o = Told {
+        inner: GrowingSlack { slack: 0.04 },
+        log: vec![],
+    };
+    let (probed, _) = probed_search(&mut o, &a, 3, 63);
+    assert_eq!(probed, ["original", "64", "38", "37", "35", "36"]);
+    let top = o.log.iter().position(|l| l == "run 64").unwrap();
+    let before: Vec<&str> = o.log[..top].iter().map(String::as_str).collect();
+    // The prediction (38) is sure; its neighbours (39 if it fits, 37 if not) are guesses.
+    assert_eq!(before[1..], ["sure 38", "guess 39 37"], "{:?}", o.log);
+}
+
+/// Each confirmation re-run was guessed before it was asked for, under the attempt number it was
+/// asked for: where trials are cheap side by side it has already run.
+#[test]
+fn the_confirmations_are_guessed_beside_the_probes_that_close_the_interval() {
+    let a = Axis {
+        original: 3,
+        ..axis("batch", "data.batch", 64)
+    };
+    let mut o = Told {
+        inner: GrowingSlack { slack: 0.04 },
+        log: vec![],
+    };
+    let mut ev = |_: &Event| {};
+    let clock = TestClock::default();
+    let mut s = session(&mut o, &mut ev, &clock);
+    s.measure(&Candidate::original(), Purpose::Original);
+    let r = bisect_axis(
+        &mut s,
+        &a,
+        &Candidate::original(),
+        3,
+        63,
+        &opts(24 << 30, true, 1),
+    );
+    check(64, 36, &r, false);
+    let reruns: Vec<&String> = o.log.iter().filter(|l| l.contains('#')).collect();
+    assert_eq!(reruns.iter().filter(|l| l.starts_with("run")).count(), 2);
+    for l in &reruns {
+        if let Some(ran) = l.strip_prefix("run ") {
+            let at = o.log.iter().position(|x| x == *l).unwrap();
+            let guessed = o.log[..at]
+                .iter()
+                .any(|x| x.starts_with("guess") && x.split(' ').any(|w| w == ran));
+            assert!(guessed, "{ran} was not guessed before it ran: {:?}", o.log);
+        }
+    }
+}
+
 /// A batch axis whose values below `boundary` fit and above it do not, and `boundary` itself fits
 /// on its run number `attempt` only: a flaky boundary.
 struct FitsOnAttempt {

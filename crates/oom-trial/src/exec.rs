@@ -67,6 +67,12 @@ pub struct Figures {
     /// The training step, counted from 1.
     pub step: Option<usize>,
     pub phase: Option<Phase>,
+    /// This step (counted from 1) has finished, with `in_use_bytes` still held (weights, optimizer
+    /// state, the batch) and `loss`; both are needed for the step to count. What the last step
+    /// leaves is what does not grow with the batch: with it the search predicts a boundary
+    /// instead of bisecting.
+    pub step_done: Option<usize>,
+    pub loss: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -364,12 +370,24 @@ fn hold_cuda(_: &Request) -> Result<Held> {
 struct Peak {
     own: Option<u64>,
     sampled: Option<u64>,
+    /// When the last step the command reported finished (seconds since the holder started).
+    step_ended: Option<f64>,
 }
 
 impl Peak {
-    /// Takes one figures line: its peak, and its stage as a measuring point.
+    /// Takes one figures line: its peak, a finished step, and its stage as a measuring point.
     fn take(&mut self, f: Figures, now: Option<u64>) {
         self.own = self.own.max(f.peak_bytes);
+        if let (Some(step), Some(loss)) = (f.step_done, f.loss) {
+            let at = since_start();
+            emit(&ChildEvent::Step {
+                step: step.saturating_sub(1),
+                seconds: at - self.step_ended.unwrap_or(0.0),
+                in_use_bytes: f.in_use_bytes.or(now).unwrap_or(0),
+                loss,
+            });
+            self.step_ended = Some(at);
+        }
         let Some(stage) = f.stage else {
             return;
         };

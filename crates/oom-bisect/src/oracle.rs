@@ -173,6 +173,14 @@ impl Oracle for TrialOracle<'_> {
         self.pool.prefetch(jobs, sure);
     }
 
+    fn ready(&self, candidate: &Candidate, attempt: u32) -> bool {
+        match self.answer(candidate, attempt) {
+            Ok(Answer::Run(job, _)) => self.pool.is_done(&job),
+            // From the journal, or not a configuration at all: answered without a trial.
+            Ok(Answer::Earlier(_)) | Err(_) => true,
+        }
+    }
+
     /// Forks only where trials can run at once: with one worker, a fork would only add threads.
     fn fork(&self) -> Option<Box<dyn Oracle + Send + '_>> {
         if self.pool.workers() < 2 {

@@ -369,7 +369,11 @@ impl Search<'_> {
             let at = |j: &usize| self.axis.at(self.base, *j);
             let reruns: Vec<Candidate> = closing_pairs(i, lo, hi, &next).iter().map(at).collect();
             let next: Vec<Candidate> = next.iter().map(at).collect();
-            s.guess_with_reruns(&next, &reruns, self.confirm_runs);
+            // A probe already measured (started ahead) answers at once, and the step after it
+            // guesses anew: guesses for it would only start trials that step no longer wants.
+            if !s.ready(&at(&i)) {
+                s.guess_with_reruns(&next, &reruns, self.confirm_runs);
+            }
             let p = self.probe(s, i, lo, hi);
             if guess.is_some() {
                 predictor.note_predicted(p.index, &p.measurement);

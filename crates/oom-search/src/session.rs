@@ -230,6 +230,15 @@ impl<'a> Session<'a> {
         self.cache.get(c)
     }
 
+    /// Whether measuring `c` will answer without waiting on a trial: known here, or already there
+    /// for the oracle (finished ahead, or from an earlier run).
+    pub fn ready(&self, c: &Candidate) -> bool {
+        self.cache.contains_key(c) || {
+            let attempt = self.attempts.get(c).copied().unwrap_or(0);
+            self.oracle.ready(c, attempt)
+        }
+    }
+
     /// A deliberate re-run of a candidate (boundary confirmation); does not replace the cached result.
     pub fn rerun(&mut self, c: &Candidate, purpose: Purpose) -> Measurement {
         let next = self.next_rerun(c, 0);

@@ -182,6 +182,12 @@ pub trait Oracle {
     /// its own order, so its outcome does not depend on how many trials run at once.
     fn prefetch(&mut self, _asks: &[(Candidate, u32)], _sure: bool) {}
 
+    /// Whether the result of `candidate`'s `attempt` is already there (from an earlier run, or
+    /// finished ahead): asking for it will not wait. `false` when not known.
+    fn ready(&self, _candidate: &Candidate, _attempt: u32) -> bool {
+        false
+    }
+
     /// Another handle on the same trials, for a step of the search run on a thread of its own (the
     /// axes, which share no candidate but the original, are searched at once when trials can run
     /// at once). What a fork learns must reach this oracle by itself (shared state). `None`, the

@@ -389,6 +389,8 @@ fn an_overshooting_prediction_gallops_back_instead_of_bisecting_the_axis() {
 struct Told {
     inner: GrowingSlack,
     log: Vec<String>,
+    /// Batches whose first run has finished ahead (`Oracle::ready`).
+    ready: Vec<&'static str>,
 }
 
 /// `38`, or `38#1` for a re-run.
@@ -415,6 +417,10 @@ impl Oracle for Told {
         let kind = if sure { "sure" } else { "guess" };
         self.log.push(format!("{kind} {}", batches.join(" ")));
     }
+
+    fn ready(&self, c: &Candidate, attempt: u32) -> bool {
+        attempt == 0 && self.ready.iter().any(|b| c.get("data.batch") == Some(*b))
+    }
 }
 
 /// A capacity search starts its first predicted probe beside the top of the axis, not after it:
@@ -428,6 +434,7 @@ fn the_first_prediction_starts_beside_the_top() {
     let mut o = Told {
         inner: GrowingSlack { slack: 0.04 },
         log: vec![],
+        ready: vec![],
     };
     let (probed, _) = probed_search(&mut o, &a, 3, 63);
     assert_eq!(probed, ["original", "64", "38", "37", "35", "36"]);
@@ -435,6 +442,28 @@ fn the_first_prediction_starts_beside_the_top() {
     let before: Vec<&str> = o.log[..top].iter().map(String::as_str).collect();
     // The prediction (38) is sure; its neighbours (39 if it fits, 37 if not) are guesses.
     assert_eq!(before[1..], ["sure 38", "guess 39 37"], "{:?}", o.log);
+}
+
+/// A probe whose result is already there (finished ahead) answers at once: nothing is guessed for
+/// it, since the step after it guesses anew and what was guessed would only take slots.
+#[test]
+fn nothing_is_guessed_for_a_probe_that_finished_ahead() {
+    let a = Axis {
+        original: 3,
+        ..axis("batch", "data.batch", 64)
+    };
+    let mut o = Told {
+        inner: GrowingSlack { slack: 0.04 },
+        log: vec![],
+        ready: vec!["38"],
+    };
+    probed_search(&mut o, &a, 3, 63);
+    let from = o.log.iter().position(|l| l == "run 64").unwrap();
+    let to = o.log.iter().position(|l| l == "run 38").unwrap();
+    assert_eq!(o.log[from + 1..to], [] as [String; 0], "{:?}", o.log);
+    // Its neighbour, not ready, has its guesses.
+    let after: Vec<&String> = o.log[to..].iter().collect();
+    assert!(after[1].starts_with("guess"), "{:?}", o.log);
 }
 
 /// Each confirmation re-run was guessed before it was asked for, under the attempt number it was
@@ -448,6 +477,7 @@ fn the_confirmations_are_guessed_beside_the_probes_that_close_the_interval() {
     let mut o = Told {
         inner: GrowingSlack { slack: 0.04 },
         log: vec![],
+        ready: vec![],
     };
     let mut ev = |_: &Event| {};
     let clock = TestClock::default();

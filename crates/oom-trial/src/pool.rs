@@ -285,6 +285,11 @@ impl<K: Clone + Eq + Hash + Send + 'static> Pool<K> {
         self.shared.lock().timeline.stats()
     }
 
+    /// Whether `key` has finished (started ahead or asked for): getting it will not wait.
+    pub fn is_done(&self, key: &K) -> bool {
+        self.shared.lock().done.contains_key(key)
+    }
+
     /// Trials finished so far (journaled), asked for or not.
     pub fn finished(&self) -> usize {
         self.shared.lock().done.len()

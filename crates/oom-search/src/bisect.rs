@@ -89,7 +89,6 @@ pub fn bisect_axis(
         base,
         start: s.trial_count(),
         plain_bisection: plain_bisection_trials(hi - lo + 1),
-        confirm_runs: opts.confirm_runs,
     };
     search.predict_beside_the_top(s, lo, hi, opts);
     let (bottom, top) = match search.check_ends(s, lo, hi) {
@@ -188,8 +187,6 @@ struct Search<'a> {
     /// The session's trial count when this axis began.
     start: usize,
     plain_bisection: usize,
-    /// Re-runs of each side of the boundary (guessed ahead where a probe may close the interval).
-    confirm_runs: u32,
 }
 
 impl Search<'_> {
@@ -362,17 +359,15 @@ impl Search<'_> {
                 Some(_) => predictor.follow_ups(i),
                 None => middles(i, lo, hi, &open),
             };
-            let next: Vec<usize> = follow_ups
+            let next: Vec<Candidate> = follow_ups
                 .into_iter()
                 .filter(|j| open.contains(j) && *j != i)
+                .map(|j| self.axis.at(self.base, j))
                 .collect();
-            let at = |j: &usize| self.axis.at(self.base, *j);
-            let reruns: Vec<Candidate> = closing_pairs(i, lo, hi, &next).iter().map(at).collect();
-            let next: Vec<Candidate> = next.iter().map(at).collect();
             // A probe already measured (started ahead) answers at once, and the step after it
             // guesses anew: guesses for it would only start trials that step no longer wants.
-            if !s.ready(&at(&i)) {
-                s.guess_with_reruns(&next, &reruns, self.confirm_runs);
+            if !s.ready(&self.axis.at(self.base, i)) {
+                s.guess(&next);
             }
             let p = self.probe(s, i, lo, hi);
             if guess.is_some() {
@@ -512,23 +507,6 @@ fn middles(i: usize, lo: usize, hi: usize, open: &[usize]) -> Vec<usize> {
     found.iter().map(|f| f.0).chain(quarters).collect()
 }
 
-/// The values whose re-runs confirm a boundary that probe `i` may close: with a guessed probe
-/// next to it (in `next`) or with a side of the interval `(lo, hi)` next to it; each value once.
-/// Started ahead as guesses, they spare the confirmation a round of its own where trials are
-/// cheap to run side by side (a framework's start-up).
-fn closing_pairs(i: usize, lo: usize, hi: usize, next: &[usize]) -> Vec<usize> {
-    let mut out = vec![];
-    let beside = next.iter().copied().chain([lo, hi]);
-    for j in beside.filter(|j| j.abs_diff(i) == 1) {
-        for v in [i.min(j), i.max(j)] {
-            if !out.contains(&v) {
-                out.push(v);
-            }
-        }
-    }
-    out
-}
-
 /// Plain bisection: the open value nearest the middle.
 fn nearest_middle(lo: usize, hi: usize, open: &[usize]) -> usize {
     let mid = (lo + hi) as f64 / 2.0;
@@ -545,15 +523,6 @@ fn nearest_middle(lo: usize, hi: usize, open: &[usize]) -> usize {
 #[cfg(test)]
 mod tests {
     /// Idle slots take the likeliest next probes first: the halves' middles, then the quarters'.
-    /// A probe next to a guessed probe or to a side of the interval may close it: both values'
-    /// re-runs are guessed; a probe with nothing next to it closes nothing.
-    #[test]
-    fn the_pairs_a_probe_may_close() {
-        assert_eq!(super::closing_pairs(32, 4, 34, &[28, 33]), [32, 33]);
-        assert_eq!(super::closing_pairs(33, 32, 34, &[]), [32, 33, 34]);
-        assert_eq!(super::closing_pairs(20, 4, 34, &[12, 27]), [] as [usize; 0]);
-    }
-
     #[test]
     fn the_middles_of_the_halves_come_before_the_quarters() {
         let open: Vec<usize> = (1..16).collect();

@@ -285,21 +285,6 @@ impl<'a> Session<'a> {
         self.send_hints(asks, true);
     }
 
-    /// [`Session::guess`], followed by the `runs` re-runs a confirmation would ask of each of
-    /// `reruns`, whether or not its first run has happened yet.
-    pub fn guess_with_reruns(&mut self, candidates: &[Candidate], reruns: &[Candidate], runs: u32) {
-        let mut asks = self.asks(candidates);
-        for r in 0..runs {
-            for c in reruns {
-                // As `next_rerun` counts once the first run (if still to come) has taken its number.
-                let pending = u32::from(!self.cache.contains_key(c));
-                let after_first = self.attempts.get(c).copied().unwrap_or(0) + pending;
-                asks.push((c.clone(), after_first.max(self.rerun_floor) + r));
-            }
-        }
-        self.send_hints(asks, false);
-    }
-
     fn hint(&mut self, candidates: &[Candidate], sure: bool) {
         let asks = self.asks(candidates);
         self.send_hints(asks, sure);

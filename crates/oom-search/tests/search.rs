@@ -466,45 +466,6 @@ fn nothing_is_guessed_for_a_probe_that_finished_ahead() {
     assert!(after[1].starts_with("guess"), "{:?}", o.log);
 }
 
-/// Each confirmation re-run was guessed before it was asked for, under the attempt number it was
-/// asked for: where trials are cheap side by side it has already run.
-#[test]
-fn the_confirmations_are_guessed_beside_the_probes_that_close_the_interval() {
-    let a = Axis {
-        original: 3,
-        ..axis("batch", "data.batch", 64)
-    };
-    let mut o = Told {
-        inner: GrowingSlack { slack: 0.04 },
-        log: vec![],
-        ready: vec![],
-    };
-    let mut ev = |_: &Event| {};
-    let clock = TestClock::default();
-    let mut s = session(&mut o, &mut ev, &clock);
-    s.measure(&Candidate::original(), Purpose::Original);
-    let r = bisect_axis(
-        &mut s,
-        &a,
-        &Candidate::original(),
-        3,
-        63,
-        &opts(24 << 30, true, 1),
-    );
-    check(64, 36, &r, false);
-    let reruns: Vec<&String> = o.log.iter().filter(|l| l.contains('#')).collect();
-    assert_eq!(reruns.iter().filter(|l| l.starts_with("run")).count(), 2);
-    for l in &reruns {
-        if let Some(ran) = l.strip_prefix("run ") {
-            let at = o.log.iter().position(|x| x == *l).unwrap();
-            let guessed = o.log[..at]
-                .iter()
-                .any(|x| x.starts_with("guess") && x.split(' ').any(|w| w == ran));
-            assert!(guessed, "{ran} was not guessed before it ran: {:?}", o.log);
-        }
-    }
-}
-
 /// A batch axis whose values below `boundary` fit and above it do not, and `boundary` itself fits
 /// on its run number `attempt` only: a flaky boundary.
 struct FitsOnAttempt {

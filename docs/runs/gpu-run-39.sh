@@ -3,7 +3,7 @@
 # probes that may close the interval are taken out again (four trials end to end in runs 36, 37
 # and 38 alike, with more trials started and not needed); a probe whose result is already there
 # still guesses nothing. The capacity through `--exec` with the PyTorch reference held by the
-# command: this build (.gpu/oom-bisect.gz, commit 9c0c5e0's parent) twice, the build of run 35
+# command: this build (.gpu/oom-bisect.gz, commit 7b7a32d) twice, the build of run 35
 # (.gpu/oom-bisect-old.gz, OOM_BISECT_GUESSES=on, the default for such commands since commit
 # ff7108e) between them, accelerate in the same call. Results: $OUT/run39.tar.gz.
 RUN=run39

@@ -239,17 +239,16 @@ fn modules(d: &Diagnosis) -> String {
 }
 
 /// Every module item swapped alone, most memory saved first: fits by peak, then the ones that
-/// still run out of memory.
+/// still run out of memory in the model's order (the peak before their failure, which no row
+/// shows, moves between runs and would shuffle them: GPU runs 37 and 38).
 fn module_costs(d: &Diagnosis) -> String {
     if d.module_costs.is_empty() {
         return String::new();
     }
     let mut rows: Vec<&oom_search::ModuleCost> = d.module_costs.iter().collect();
-    rows.sort_by_key(|c| {
-        (
-            c.measurement.outcome != Outcome::Fits,
-            c.measurement.peak_bytes.unwrap_or(u64::MAX),
-        )
+    rows.sort_by_key(|c| match c.measurement.outcome {
+        Outcome::Fits => (false, c.measurement.peak_bytes.unwrap_or(u64::MAX)),
+        _ => (true, 0),
     });
     let mut s = "  each module swapped alone for identity:\n".to_string();
     for c in rows {
@@ -471,4 +470,49 @@ fn swapped_ids(c: &oom_search::Candidate, cx: &Context<'_>) -> Vec<String> {
     crate::candidate::resolve(cx.config, c)
         .map(|(config, _)| config.model.identity)
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use oom_search::{Candidate, Diagnosis, Measurement, ModuleCost, Outcome};
+
+    fn cost(label: &str, outcome: Outcome, peak_gib: u64) -> ModuleCost {
+        let mut measurement = Measurement::new(outcome);
+        measurement.peak_bytes = Some(peak_gib << 30);
+        ModuleCost {
+            label: label.into(),
+            ids: vec![label.into()],
+            candidate: Candidate::original(),
+            measurement,
+        }
+    }
+
+    /// Fits first, lowest peak first; the out-of-memory rows in the model's order, whatever the
+    /// peaks before their failures (which move between runs and are not shown).
+    #[test]
+    fn module_rows_do_not_move_with_unshown_peaks() {
+        let d = Diagnosis {
+            original: Measurement::new(Outcome::Oom),
+            need: None,
+            axes: vec![],
+            capacity: vec![],
+            fixes: vec![],
+            modules: None,
+            module_costs: vec![
+                cost("aspp", Outcome::Oom, 20),
+                cost("layer4", Outcome::Fits, 19),
+                cost("decoder", Outcome::Oom, 3),
+                cost("layer3", Outcome::Fits, 18),
+            ],
+            minimal_failing: None,
+            trials: vec![],
+            budget_exhausted: false,
+        };
+        let labels: Vec<String> = super::module_costs(&d)
+            .lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().next().unwrap().to_string())
+            .collect();
+        assert_eq!(labels, ["layer3", "layer4", "aspp", "decoder"]);
+    }
 }

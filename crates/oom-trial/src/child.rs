@@ -188,11 +188,12 @@ impl Meter {
     /// Most memory handed out: the allocator's own peak on the CPU; on CUDA the highest device reading
     /// (pools do not shrink, so the reading after the last step bounds what was reserved).
     fn peak(&mut self) -> u64 {
-        let (_, device) = self.read();
+        // A reading now: on CUDA it raises the highest reading to the present one.
+        self.read();
         match self {
             Meter::Cpu => crate::alloc::peak() as u64,
             #[cfg(feature = "cuda")]
-            Meter::Cuda { peak, .. } => (*peak).max(device),
+            Meter::Cuda { peak, .. } => *peak,
         }
     }
 }

@@ -7,6 +7,9 @@
 # off, the default; and on), the capacity through `--exec` with the PyTorch reference held by the
 # command, accelerate's find_executable_batch_size in the same call.
 # Results: $OUT/run36.tar.gz.
+# Ran with the working tree just before commit 69c92d6: that commit's prediction beside the top and
+# step_done, without its guessed re-runs (added after this run, taken out again in 7b7a32d); the
+# build kept since is this one plus the readiness check (4f1da6a).
 RUN=run36
 . docs/runs/prelude.sh
 OLD=/tmp/bin/oom-bisect-old

@@ -406,15 +406,19 @@ class Marks:
             figures = {"stage": stage, "step": self.step, "phase": self.phase}
             if self.cuda:
                 figures["in_use_bytes"] = torch.cuda.memory_allocated()
-            print(json.dumps({"oom_bisect": figures}), flush=True)
+            say(figures)
 
     def step_done(self, loss):
         """The step has finished: what it leaves held (weights, optimizer state, the batch) is what
         does not grow with the batch, from which oom-bisect predicts a boundary. A step whose loss
         is not finite is not reported (JSON has no NaN)."""
         if self.on and self.cuda and math.isfinite(loss):
-            figures = {"step_done": self.step, "loss": loss, "in_use_bytes": torch.cuda.memory_allocated()}
-            print(json.dumps({"oom_bisect": figures}), flush=True)
+            say({"step_done": self.step, "loss": loss, "in_use_bytes": torch.cuda.memory_allocated()})
+
+
+def say(figures):
+    """One line oom-bisect reads as the command's own figures."""
+    print(json.dumps({"oom_bisect": figures}), flush=True)
 
 
 def modules(c):

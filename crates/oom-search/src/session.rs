@@ -286,12 +286,6 @@ impl<'a> Session<'a> {
     }
 
     fn hint(&mut self, candidates: &[Candidate], sure: bool) {
-        let asks = self.asks(candidates);
-        self.send_hints(asks, sure);
-    }
-
-    /// First runs of `candidates` not yet known, once each.
-    fn asks(&self, candidates: &[Candidate]) -> Vec<(Candidate, u32)> {
         let mut asks: Vec<(Candidate, u32)> = vec![];
         for c in candidates {
             if self.cache.contains_key(c) || asks.iter().any(|(a, _)| a == c) {
@@ -299,7 +293,7 @@ impl<'a> Session<'a> {
             }
             asks.push((c.clone(), self.attempts.get(c).copied().unwrap_or(0)));
         }
-        asks
+        self.send_hints(asks, sure);
     }
 
     fn send_hints(&mut self, mut asks: Vec<(Candidate, u32)>, sure: bool) {

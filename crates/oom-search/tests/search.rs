@@ -393,26 +393,17 @@ struct Told {
     ready: Vec<&'static str>,
 }
 
-/// `38`, or `38#1` for a re-run.
-fn told(c: &Candidate, attempt: u32) -> String {
-    let b = c.get("data.batch").unwrap_or("original");
-    match attempt {
-        0 => b.to_string(),
-        n => format!("{b}#{n}"),
-    }
-}
-
 impl Oracle for Told {
     fn run(&mut self, c: &Candidate, attempt: u32) -> Measurement {
-        self.log.push(format!("run {}", told(c, attempt)));
+        let b = c.get("data.batch").unwrap_or("original");
+        self.log.push(format!("run {b}"));
         self.inner.run(c, attempt)
     }
 
     fn prefetch(&mut self, asks: &[(Candidate, u32)], sure: bool) {
-        let batches: Vec<String> = asks
+        let batches: Vec<&str> = asks
             .iter()
-            .filter(|(c, _)| c.get("data.batch").is_some())
-            .map(|(c, a)| told(c, *a))
+            .filter_map(|(c, _)| c.get("data.batch"))
             .collect();
         let kind = if sure { "sure" } else { "guess" };
         self.log.push(format!("{kind} {}", batches.join(" ")));
@@ -423,10 +414,9 @@ impl Oracle for Told {
     }
 }
 
-/// A capacity search starts its first predicted probe beside the top of the axis, not after it:
-/// where the original fits, the prediction needs nothing but the top's running out of memory.
-#[test]
-fn the_first_prediction_starts_beside_the_top() {
+/// The capacity search of [`capacity_probes`] at 0.04 GiB a sample (probes original, 64, 38, 37,
+/// 35, 36) against a [`Told`] whose `ready` batches finished ahead; returns its log.
+fn told_capacity(ready: Vec<&'static str>) -> Vec<String> {
     let a = Axis {
         original: 3,
         ..axis("batch", "data.batch", 64)
@@ -434,36 +424,34 @@ fn the_first_prediction_starts_beside_the_top() {
     let mut o = Told {
         inner: GrowingSlack { slack: 0.04 },
         log: vec![],
-        ready: vec![],
+        ready,
     };
     let (probed, _) = probed_search(&mut o, &a, 3, 63);
     assert_eq!(probed, ["original", "64", "38", "37", "35", "36"]);
-    let top = o.log.iter().position(|l| l == "run 64").unwrap();
-    let before: Vec<&str> = o.log[..top].iter().map(String::as_str).collect();
+    o.log
+}
+
+/// A capacity search starts its first predicted probe beside the top of the axis, not after it:
+/// where the original fits, the prediction needs nothing but the top's running out of memory.
+#[test]
+fn the_first_prediction_starts_beside_the_top() {
+    let log = told_capacity(vec![]);
+    let top = log.iter().position(|l| l == "run 64").unwrap();
+    let before: Vec<&str> = log[..top].iter().map(String::as_str).collect();
     // The prediction (38) is sure; its neighbours (39 if it fits, 37 if not) are guesses.
-    assert_eq!(before[1..], ["sure 38", "guess 39 37"], "{:?}", o.log);
+    assert_eq!(before[1..], ["sure 38", "guess 39 37"], "{log:?}");
 }
 
 /// A probe whose result is already there (finished ahead) answers at once: nothing is guessed for
 /// it, since the step after it guesses anew and what was guessed would only take slots.
 #[test]
 fn nothing_is_guessed_for_a_probe_that_finished_ahead() {
-    let a = Axis {
-        original: 3,
-        ..axis("batch", "data.batch", 64)
-    };
-    let mut o = Told {
-        inner: GrowingSlack { slack: 0.04 },
-        log: vec![],
-        ready: vec!["38"],
-    };
-    probed_search(&mut o, &a, 3, 63);
-    let from = o.log.iter().position(|l| l == "run 64").unwrap();
-    let to = o.log.iter().position(|l| l == "run 38").unwrap();
-    assert_eq!(o.log[from + 1..to], [] as [String; 0], "{:?}", o.log);
+    let log = told_capacity(vec!["38"]);
+    let from = log.iter().position(|l| l == "run 64").unwrap();
+    let to = log.iter().position(|l| l == "run 38").unwrap();
+    assert_eq!(log[from + 1..to], [] as [String; 0], "{log:?}");
     // Its neighbour, not ready, has its guesses.
-    let after: Vec<&String> = o.log[to..].iter().collect();
-    assert!(after[1].starts_with("guess"), "{:?}", o.log);
+    assert!(log[to + 1].starts_with("guess"), "{log:?}");
 }
 
 /// A batch axis whose values below `boundary` fit and above it do not, and `boundary` itself fits

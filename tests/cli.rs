@@ -257,6 +257,28 @@ fn no_cuda_device_suggests_cpu() {
     assert!(text(&o).contains("--backend cpu"));
 }
 
+/// Every step of `train.steps`, the optimizer's state made by the first update (as before
+/// `train.one_step_below`): what a test of the steps themselves needs.
+const LAZY: &str = "train.one_step_below=0";
+
+/// A trial stops after one step only where that step stayed under 90% of its ceiling; nearer,
+/// and with the policy off, it runs both steps.
+#[test]
+fn a_trial_measures_one_step_only_far_below_its_ceiling() {
+    let steps = |r: &Value| r["steps"].as_array().unwrap().len();
+    let (o, far) = tiny_trial("steps-far", &["--memory-limit", "2GiB"]);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    assert_eq!(steps(&far), 1, "{far}");
+    let (o, lazy) = tiny_trial("steps-off", &["--memory-limit", "2GiB", "--set", LAZY]);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    assert_eq!(steps(&lazy), 2, "{lazy}");
+    // A ceiling the first step's peak takes 95% of: the second step runs, and still fits.
+    let near = (far["peak_bytes"].as_u64().unwrap() as f64 / 0.95) as u64;
+    let (o, r) = tiny_trial("steps-near", &["--memory-limit", &near.to_string()]);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    assert_eq!(steps(&r), 2, "{r}");
+}
+
 #[test]
 fn trial_fits_and_reports_json() {
     let (o, r) = tiny_trial("fits", &["--memory-limit", "2GiB"]);
@@ -275,7 +297,8 @@ fn trial_fits_and_reports_json() {
         .unwrap()
         .iter()
         .any(|s| s["name"] == "aspp"));
-    assert_eq!(r["steps"].as_array().unwrap().len(), 2);
+    // Far below its ceiling, one step with the optimizer state made first (train.one_step_below).
+    assert_eq!(r["steps"].as_array().unwrap().len(), 1);
     assert!(r["oom"].is_null() && r["error"].is_null());
     // Where the time went: device ready, model built, then every reading in order, inside the trial.
     let ready = r["ready_seconds"].as_f64().unwrap();
@@ -302,7 +325,14 @@ fn every_phase_holds_the_same_memory_after_each_step() {
         let set = format!("train.phase=\"{phase}\"");
         let (o, r) = tiny_trial(
             &format!("phase-{phase}"),
-            &["--set", &set, "--set", "train.steps=3"],
+            &[
+                "--set",
+                &set,
+                "--set",
+                "train.steps=3",
+                "--set",
+                "train.one_step_below=0",
+            ],
         );
         assert_eq!(code(&o), 0, "{}", text(&o));
         let after: Vec<u64> = r["steps"]
@@ -339,7 +369,14 @@ fn mixed_precision_keeps_f32_weights_and_halves_activations() {
         let set = format!("train.precision=\"{p}\"");
         let (o, r) = tiny_trial(
             &format!("precision-{p}"),
-            &["--set", &set, "--set", "data.size=[256, 256]"],
+            &[
+                "--set",
+                &set,
+                "--set",
+                "data.size=[256, 256]",
+                "--set",
+                LAZY,
+            ],
         );
         assert_eq!(code(&o), 0, "{p}: {}", text(&o));
         let after = r["steps"][0]["in_use_after_bytes"].as_u64().unwrap();
@@ -374,7 +411,8 @@ fn each_memory_model_keeps_what_it_claims_and_bad_values_are_named() {
         &["--set", BURN, "--set", "model.batch_norm=\"lean\""],
     );
     assert_eq!(code(&o), 0, "{}", text(&o));
-    let (o, torch) = tiny_trial("bn-torch", &[]);
+    // Two lazy steps, as burn's model runs them: what step 0 leaves is then the baseline.
+    let (o, torch) = tiny_trial("bn-torch", &["--set", LAZY]);
     assert_eq!(code(&o), 0, "{}", text(&o));
     assert!(text(&o).contains("memory model pytorch"), "{}", text(&o));
     // What the forward pass keeps for backward: in use at the loss of step 1, less what step 0

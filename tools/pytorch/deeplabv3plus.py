@@ -47,7 +47,7 @@ HONOURED = {
               "batch_norm"},
     "data": {"batch", "size"},
     "train": {"optimizer", "learning_rate", "momentum", "weight_decay", "loss_resolution",
-              "precision", "checkpointing", "phase", "steps", "premade_state"},
+              "precision", "checkpointing", "phase", "steps", "premade_state", "one_step_below"},
     "device": {"backend", "memory_limit", "memory_fraction", "gpu", "memory_model"},
 }
 LAYERS = {"resnet18": [2, 2, 2, 2], "resnet34": [3, 4, 6, 3], "resnet50": [3, 4, 6, 3],
@@ -90,8 +90,11 @@ def load(path, sets):
                  ("weight_decay", 1e-4), ("loss_resolution", "full"), ("precision", "f32"),
                  ("checkpointing", False), ("phase", "step"), ("premade_state", False)]:
         t.setdefault(k, v)
-    # As oom-bisect's Config::steps: 2 under the pytorch memory model, 3 under burn's.
-    t.setdefault("steps", 3 if c.get("device", {}).get("memory_model") == "burn" else 2)
+    # As oom-bisect's Config::steps and Config::one_step_below: 2 steps and 0.9 under the pytorch
+    # memory model, 3 and 0 (every step) under burn's.
+    burn = c.get("device", {}).get("memory_model") == "burn"
+    t.setdefault("steps", 3 if burn else 2)
+    t.setdefault("one_step_below", 0.0 if burn else 0.9)
     return c
 
 
@@ -229,6 +232,25 @@ class DeepLabV3Plus(nn.Module):
             ids.update({f"decoder.fuse.{k}": self.fuse[n] for n, k in enumerate(self.fuse_ids)})
         ids["classifier"] = self.classifier
         return {k: v for k, v in ids.items() if v is not None}
+
+    def trained(self):
+        """The parameters a training step trains: those of the stages up to the truncation point
+        (past it no gradient, and a real step makes no optimizer state for them), as the burn
+        model's `visit_trained`."""
+        stages = [("backbone.stem", [self.stem])]
+        for i, layer in enumerate(self.layers):
+            for k, block in enumerate(layer):
+                aux = [self.aux] if i == 2 and k + 1 == len(layer) else []
+                stages.append((f"backbone.layer{i + 1}.{k}", [block] + aux))
+        aspp = list(self.branches.values()) + [self.pool, self.project] if self.aspp_on else []
+        stages += [("aspp", aspp), ("attention", [self.attention]),
+                   ("decoder", [self.low_project, self.fuse]), ("classifier", [self.classifier])]
+        params = []
+        for stage, mods in stages:
+            params += [p for m in mods if m is not None for p in m.parameters()]
+            if stage == self.truncate_after:
+                break
+        return params
 
     def forward(self, x, size, checkpoint, mark):
         """Logits and aux logits, or the truncation stage's output and aux logits (`truncated`).
@@ -437,18 +459,36 @@ def loss_of(out, aux, truncated, y):
     return loss
 
 
-def make_optimizer_state(opt):
+def make_optimizer_state(opt, trained):
     """As oom-bisect's train.premade_state: an update with zero gradients and a zero learning rate,
-    so that momentum (or Adam's moments) exists before the first measured step."""
+    so that momentum (or Adam's moments) exists before the first measured step, for the parameters
+    a step trains (`trained`; the others get no gradient, so no state)."""
     rates = [g["lr"] for g in opt.param_groups]
     for g in opt.param_groups:
         g["lr"] = 0.0
-        for p in g["params"]:
-            p.grad = torch.zeros_like(p)
+    for p in trained:
+        p.grad = torch.zeros_like(p)
     opt.step()
     opt.zero_grad(set_to_none=True)
     for g, lr in zip(opt.param_groups, rates):
         g["lr"] = lr
+
+
+def enough_steps(t, done, args):
+    """As oom-bisect's Config::enough_steps: all of train.steps, or a step whose peak (what the
+    caching allocator reserved, and what the process holds outside it, by NVML) stayed at or below
+    train.one_step_below of the ceiling. Without a ceiling or NVML every step runs."""
+    if done >= t["steps"]:
+        return True
+    limit = args.limit_bytes
+    if done == 0 or not t["one_step_below"] or limit is None or args.device != "cuda":
+        return False
+    try:
+        outside = Nvml().used() - torch.cuda.memory_reserved()
+    except (OSError, RuntimeError):
+        return False
+    peak = torch.cuda.max_memory_reserved() - args.ballast + outside
+    return peak <= t["one_step_below"] * limit
 
 
 def train(c, args):
@@ -475,15 +515,16 @@ def train(c, args):
         torch.optim.AdamW(model.parameters(), lr=t["learning_rate"], weight_decay=t["weight_decay"])
     x = torch.randn(b, 3, h, w, device=dev, dtype=pure or torch.float32)
     y = torch.randint(0, m["classes"], (b, *size), device=dev)
-    if t["premade_state"] and t["phase"] == "step":
-        make_optimizer_state(opt)
+    if (t["premade_state"] or t["one_step_below"] > 0) and t["phase"] == "step":
+        make_optimizer_state(opt, model.trained())
     # As PyTorch users run autocast in f16: dynamic loss scaling (it refuses pure f16 gradients).
     scaler = torch.amp.GradScaler(dev, enabled=t["precision"] == "mixed-f16")
     mark = Marks(args.marks, dev)
     cuda = dev == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    for step in range(t["steps"]):
+    step = 0
+    while not enough_steps(t, step, args):
         mark.step, mark.phase = step + 1, "forward"
         with torch.autocast(dev, dtype=amp, enabled=amp is not None):
             out, aux, truncated = model(x, size, t["checkpointing"], mark)
@@ -507,6 +548,7 @@ def train(c, args):
         emit(step=step, loss=value, **peaks)
         del out, aux, loss
         mark.step_done(value)
+        step += 1
     peaks = dict(allocated_peak=torch.cuda.max_memory_allocated() - args.ballast,
                  reserved_peak=torch.cuda.max_memory_reserved() - args.ballast,
                  device=torch.cuda.get_device_name()) if cuda else {"device": "cpu"}
@@ -540,6 +582,13 @@ def arguments():
     return args
 
 
+def limit_bytes(args):
+    """The ceiling the run is measured under, context included, or None."""
+    if args.marks and os.environ.get("OOM_BISECT_MEMORY_LIMIT", "").isdigit():
+        return int(os.environ["OOM_BISECT_MEMORY_LIMIT"])
+    return parse_bytes(args.memory_limit) if args.memory_limit else None
+
+
 def hold_ceiling(args):
     """The ceiling this process holds itself: `--memory-limit` (by ballast, or `--cap`), or under
     oom-bisect's `--ceiling-by command` its $OOM_BISECT_MEMORY_LIMIT as a cap; none where oom-bisect
@@ -564,6 +613,7 @@ def main():
         print(f"deeplabv3plus.py: {e}", file=sys.stderr)
         return EXIT_UNSUPPORTED
     hold, args.ballast = hold_ceiling(args)
+    args.limit_bytes = limit_bytes(args)
     try:
         train(c, args)
     except Unsupported as e:

@@ -382,6 +382,36 @@ impl<B: PytorchOps> DeepLabV3Plus<B> {
         self.visit(&mut Touch);
     }
 
+    /// Visits the modules a training step runs, and so trains. Past a truncation point the
+    /// parameters get no gradient, and a real step gives them no optimizer state.
+    pub fn visit_trained<V: burn::module::ModuleVisitor<B>>(&self, v: &mut V) {
+        let a = &self.arch;
+        let runs = |id: &str| a.runs(a.stage_index(id));
+        let bb = &self.backbone;
+        bb.conv1.visit(v);
+        bb.bn1.visit(v);
+        for (i, layer) in bb.layers.iter().enumerate() {
+            for (k, block) in layer.iter().enumerate() {
+                match block {
+                    Some(b) if runs(&ids::block(i, k)) => b.visit(v),
+                    _ => {}
+                }
+            }
+        }
+        let head = self.aux_head.as_ref().filter(|_| a.aux_runs());
+        let aspp = self.aspp.as_ref().filter(|_| runs(ids::ASPP));
+        let attention = (self.attention.as_ref())
+            .filter(|_| a.config.attention_heads > 0 && runs(ids::ATTENTION));
+        let decoder = self.decoder.as_ref().filter(|_| runs(ids::DECODER));
+        head.inspect(|m| m.visit(v));
+        aspp.inspect(|m| m.visit(v));
+        attention.inspect(|m| m.visit(v));
+        decoder.inspect(|m| m.visit(v));
+        if runs(ids::CLASSIFIER) {
+            self.classifier.visit(v);
+        }
+    }
+
     /// The forward pass. `observe` is called with each stage id once its output exists (and with
     /// `aux_head` after the auxiliary head), so that a caller can read memory there.
     pub fn forward(&self, x: Tensor<B, 4>, observe: &mut dyn FnMut(&str)) -> Output<B> {

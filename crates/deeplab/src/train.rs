@@ -84,7 +84,8 @@ impl<B: AutodiffBackend + PytorchOps> Optim<B> {
             }
         }
         let mut zeros = Zeros(GradientsParams::new());
-        burn::module::Module::visit(&model, &mut zeros);
+        // Only what a real step trains: past a truncation point no gradient, so no state.
+        model.visit_trained(&mut zeros);
         self.step(0.0, model, zeros.0)
     }
 }
@@ -169,7 +170,7 @@ impl<B: AutodiffBackend + PytorchOps> Trainer<B> {
             Distribution::Uniform(0.0, config.model.classes as f64),
             device,
         );
-        let mut trainer = Trainer {
+        Ok(Trainer {
             model: Some(model),
             optim,
             images,
@@ -179,20 +180,18 @@ impl<B: AutodiffBackend + PytorchOps> Trainer<B> {
             autocast: t.precision.autocast().is_some(),
             scaler: (t.precision == Precision::MixedF16).then(LossScale::new),
             updated: false,
-        };
-        if t.premade_state && t.phase == Phase::Step {
-            trainer.make_optimizer_state();
-            trainer.updated = true;
-        }
-        Ok(trainer)
+        })
     }
 
     /// An optimizer update with a zero gradient for every trainable parameter and a zero learning
     /// rate: the parameters stay as they are (weight decay is scaled by the rate too), and the
     /// optimizer's state exists with its final shapes, as after a first real step.
+    /// The trial makes it after reading what the build holds (`Config::premade_state`), so that an
+    /// out-of-memory here is located after the build.
     pub fn make_optimizer_state(&mut self) {
         let model = self.model.take().expect("model present between steps");
         self.model = Some(self.optim.make_state(model));
+        self.updated = true;
     }
 
     /// The optimizer's update, unless the loss scaler skips the step (gradients not finite). A

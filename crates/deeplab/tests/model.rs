@@ -300,3 +300,46 @@ fn making_the_optimizer_state_leaves_the_weights() {
         );
     }
 }
+
+/// The optimizer state made before the first step covers what a real step trains and nothing
+/// else: `visit_trained` visits exactly the parameters that get a gradient, at every truncation
+/// point, with the auxiliary head and with swapped blocks.
+#[test]
+fn the_trained_parameters_are_those_that_get_a_gradient() {
+    use burn::module::{ModuleVisitor, Param};
+    use burn::optim::GradientsParams;
+    use deeplab::model::Head;
+    struct Trainable(usize);
+    impl ModuleVisitor<B> for Trainable {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            self.0 += param.val().is_require_grad() as usize;
+        }
+    }
+    for sets in [
+        &[][..],
+        &["model.truncate_after=\"backbone.stem\""],
+        &["model.truncate_after=\"backbone.layer2.0\""],
+        &[
+            "model.aux_head=true",
+            "model.truncate_after=\"backbone.layer3.1\"",
+        ],
+        &["model.aux_head=true", "model.truncate_after=\"aspp\""],
+        &[
+            "model.truncate_after=\"decoder\"",
+            "model.identity=[\"backbone.layer4.1\"]",
+        ],
+    ] {
+        let c = small(sets);
+        let device = Default::default();
+        let model = DeepLabV3Plus::<B>::new(Architecture::new(&c).unwrap(), &device);
+        let mut trained = Trainable(0);
+        model.visit_trained(&mut trained);
+        let x =
+            Tensor::<B, 4>::random([2, 3, 64, 64], burn::tensor::Distribution::Default, &device);
+        let out = model.forward(x, &mut |_| {});
+        let (Head::Logits(y) | Head::Truncated(y)) = out.head;
+        let loss = out.aux.into_iter().fold(y.mean(), |l, a| l + a.mean());
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        assert_eq!(trained.0, grads.len(), "{sets:?}");
+    }
+}

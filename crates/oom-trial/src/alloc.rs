@@ -36,6 +36,11 @@ pub fn installed() -> bool {
     during >= before + 4096
 }
 
+/// The ceiling [`set_limit`] set (`usize::MAX` until then).
+pub fn limit() -> usize {
+    LIMIT.load(Ordering::SeqCst)
+}
+
 /// Refuse allocations that would take the total past `bytes`.
 pub fn set_limit(bytes: usize) {
     LIMIT.store(bytes, Ordering::SeqCst);

@@ -185,6 +185,15 @@ impl Meter {
         }
     }
 
+    /// The ceiling the trial runs under, in the unit of [`Meter::peak`].
+    fn ceiling(&self) -> u64 {
+        match self {
+            Meter::Cpu => crate::alloc::limit() as u64,
+            #[cfg(feature = "cuda")]
+            Meter::Cuda { ceiling, .. } => ceiling.ceiling_bytes,
+        }
+    }
+
     /// Most memory handed out: the allocator's own peak on the CPU; on CUDA the highest device reading
     /// (pools do not shrink, so the reading after the last step bounds what was reserved).
     fn peak(&mut self) -> u64 {
@@ -365,8 +374,12 @@ fn train<B: AutodiffBackend + deeplab::pytorch::PytorchOps>(
         params: deeplab::model::trainable_params(trainer.model()),
         seconds: since_start(),
     });
+    if config.premade_state() {
+        trainer.make_optimizer_state();
+    }
     let mut check = 0.0;
-    for step in 0..config.steps() {
+    let mut step = 0;
+    while !config.enough_steps(step, meter.peak(), meter.ceiling()) {
         let t0 = Instant::now();
         let r = trainer.step(&mut |p| {
             let (phase, stage) = match p {
@@ -398,6 +411,7 @@ fn train<B: AutodiffBackend + deeplab::pytorch::PytorchOps>(
             loss: r.loss as f64,
         });
         check = r.check;
+        step += 1;
     }
     if PANICKED.load(Ordering::SeqCst) {
         bail!("a thread panicked during the trial");

@@ -63,13 +63,15 @@ pub fn answer(req: &Request) -> Answer {
         events.push(mark("loss", held));
         return refused(events, held, peak - held);
     }
-    for step in 0..config.steps() {
+    let mut step = 0;
+    while !config.enough_steps(step, peak, ceiling) {
         events.push(ChildEvent::Step {
             step,
             seconds: 0.0,
             in_use_bytes: est.between_steps,
             loss: 0.0,
         });
+        step += 1;
     }
     events.push(ChildEvent::Done {
         check: 0.0,

@@ -77,6 +77,7 @@ pub const KEYS: &[(&str, &[&str])] = &[
             "phase",
             "steps",
             "premade_state",
+            "one_step_below",
         ],
     ),
     (

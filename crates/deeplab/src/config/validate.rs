@@ -98,6 +98,14 @@ impl TrainConfig {
         if steps == 0 {
             return Err(ConfigError::new("train.steps", "must be at least 1"));
         }
+        if let Some(share) = self.one_step_below {
+            if !(0.0..1.0).contains(&share) {
+                return Err(ConfigError::new(
+                    "train.one_step_below",
+                    "must be a share of the ceiling in [0, 1): 0 runs every step",
+                ));
+            }
+        }
         if !(self.learning_rate.is_finite() && self.learning_rate > 0.0) {
             return Err(ConfigError::new(
                 "train.learning_rate",

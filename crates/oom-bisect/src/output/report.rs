@@ -72,6 +72,20 @@ pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
     s
 }
 
+/// How many training steps a trial runs (`train.steps`, `train.one_step_below`).
+fn steps_per_trial(cx: &Context) -> String {
+    let share = cx.config.one_step_below();
+    match (cx.steps, share > 0.0) {
+        (1, _) => "1 training step per trial".into(),
+        (n, false) => format!("{n} training steps per trial"),
+        (n, true) => format!(
+            "{n} training steps per trial, 1 where it stays under {:.0}% of the ceiling \
+             (optimizer state made first)",
+            share * 100.0
+        ),
+    }
+}
+
 /// What the memory model reproduces, in a few words.
 pub fn memory_model_meaning(m: deeplab::MemoryModel) -> &'static str {
     match m {
@@ -100,10 +114,10 @@ fn header(cx: &Context<'_>) -> String {
             super::one_line(command, 400)
         ),
         None => format!(
-            "memory model {} ({}), {} training steps per trial",
+            "memory model {} ({}), {}",
             cx.memory_model.name(),
             memory_model_meaning(cx.memory_model),
-            cx.steps
+            steps_per_trial(cx)
         ),
     };
     s += &format!(
@@ -427,6 +441,7 @@ pub fn json(d: &Diagnosis, cx: &Context<'_>) -> Value {
         "backend": cx.backend,
         "memory_model": cx.memory_model.name(),
         "steps_per_trial": cx.steps,
+        "one_step_below": cx.config.one_step_below(),
         "notes": cx.notes,
         "estimate": cx.estimate,
         // The flag's former name, kept for scripts that read it.

@@ -437,6 +437,15 @@ fn ceiling_by(arg: Option<CeilingByArg>, engine: &Engine) -> Result<CeilingBy> {
     }
 }
 
+/// What the pools add to a large tensor in the trials this diagnosis runs (predictions take it off
+/// the ceiling): the built-in model's on CUDA; nothing known for the estimate, `--exec` or the CPU.
+fn pool_padding(device: &DeviceSettings, config: &Config) -> f64 {
+    match (&device.engine, device.backend) {
+        (Engine::Train, BackendKind::Cuda) => oom_trial::pool_padding(config.device.memory_model()),
+        _ => 0.0,
+    }
+}
+
 /// Everything a diagnosis runs on.
 pub struct BisectSettings {
     pub workload: Workload,
@@ -470,6 +479,7 @@ impl BisectSettings {
                 args.confirm_runs
             },
             predict: !args.no_predict,
+            pool_padding: pool_padding(&device, &workload.config),
             budget: Budget {
                 max_trials: args.max_trials,
                 max_time: args.max_time,

@@ -72,6 +72,9 @@ pub struct AxisOptions {
     pub predict: bool,
     /// Re-run both sides of the boundary this many times (0: no re-runs).
     pub confirm_runs: u32,
+    /// The most the device's pools add to a large tensor, as a share of its size (the size
+    /// classes' padding; 0 where unknown): a prediction takes it off the ceiling for what grows.
+    pub pool_padding: f64,
 }
 
 /// Searches `axis` between indices `lo` (expected to fit) and `hi` (expected to run out of memory),
@@ -95,7 +98,7 @@ pub fn bisect_axis(
         Ends::Open { bottom, top } => (bottom, top),
         Ends::Settled(verdict) => return search.done(s, verdict, 0),
     };
-    let mut predictor = Predictor::new(axis, opts.ceiling, opts.predict);
+    let mut predictor = Predictor::new(axis, opts);
     predictor.note_fit(bottom.index, &bottom.measurement);
     let (last_fit, first_oom, skipped) = search.narrow(s, bottom, top, &mut predictor);
     if first_oom.index - last_fit.index > 1 {
@@ -242,7 +245,7 @@ impl Search<'_> {
             s.guess(&[at(lo)]);
             return;
         };
-        let mut predictor = Predictor::new(self.axis, o.ceiling, o.predict);
+        let mut predictor = Predictor::new(self.axis, o);
         predictor.note_fit(lo, &bottom);
         let first = predictor
             .first_guess(lo, hi)

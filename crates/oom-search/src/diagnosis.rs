@@ -82,6 +82,8 @@ pub struct SearchOptions {
     pub confirm_runs: u32,
     /// Probe where measured peaks predict the boundary before bisecting.
     pub predict: bool,
+    /// See [`AxisOptions::pool_padding`].
+    pub pool_padding: f64,
     /// Trials and time; what is not measured within it is inconclusive.
     pub budget: Budget,
     /// Which steps run.
@@ -99,6 +101,7 @@ impl SearchOptions {
             ceiling: self.ceiling,
             predict: self.predict,
             confirm_runs: self.confirm_runs,
+            pool_padding: self.pool_padding,
         }
     }
 }
@@ -109,6 +112,7 @@ impl Default for SearchOptions {
             ceiling: None,
             confirm_runs: 1,
             predict: true,
+            pool_padding: 0.0,
             budget: Budget::default(),
             fixes: true,
             modules: true,

@@ -3,7 +3,7 @@
 //! so a line through measured peaks predicts the largest value under the ceiling. A prediction only
 //! orders probes; it never replaces one.
 
-use crate::{Axis, Measurement, Outcome};
+use crate::{Axis, AxisOptions, Measurement, Outcome};
 
 /// A predicted probe that fits with a peak under this fraction of the ceiling was a poor prediction
 /// (its line came from points far from the boundary): predict again instead of probing its neighbour.
@@ -66,6 +66,10 @@ pub(crate) struct Predictor {
     fit_points: Vec<(f64, f64)>,
     base_bytes: Option<f64>,
     overhead: f64,
+    /// The live bytes at the fit `overhead` was read at, and the share the pools add to what grows
+    /// beyond them (their padding; see [`AxisOptions::pool_padding`]).
+    overhead_live: Option<f64>,
+    padding: f64,
     /// Predicted probes left before falling back to plain bisection.
     left: u32,
     /// The last predicted probe: its index, outcome, and whether it fit far below the ceiling.
@@ -80,14 +84,16 @@ pub(crate) struct Predictor {
 
 impl Predictor {
     /// For `axis` under `ceiling` (no predictions where it is unknown, or without `predict`).
-    pub(crate) fn new(axis: &Axis, ceiling: Option<u64>, predict: bool) -> Self {
+    pub(crate) fn new(axis: &Axis, o: &AxisOptions) -> Self {
         Predictor {
             xs: axis.values.iter().map(|v| v.x).collect(),
-            ceiling: ceiling.unwrap_or(0) as f64,
+            ceiling: o.ceiling.unwrap_or(0) as f64,
             fit_points: vec![],
             base_bytes: None,
             overhead: 0.0,
-            left: if predict && ceiling.is_some() {
+            overhead_live: None,
+            padding: o.pool_padding,
+            left: if o.predict && o.ceiling.is_some() {
                 PREDICTED_PROBES
             } else {
                 0
@@ -105,6 +111,7 @@ impl Predictor {
             self.fit_points.push((x, y as f64));
             if let (Some(dev), Some(live)) = (m.peak_bytes, m.peak_in_use_bytes) {
                 self.overhead = dev.saturating_sub(live) as f64;
+                self.overhead_live = Some(live as f64);
             }
         }
         if let Some(b) = m.base_bytes {
@@ -163,6 +170,20 @@ impl Predictor {
         }
     }
 
+    /// The live bytes a value may hold and still fit: the ceiling less what the device held beyond
+    /// the live tensors at the largest fit, and less the pools' padding on what grows beyond that
+    /// fit's live bytes (device = live + overhead + padding × (live − that fit's live)). The pools'
+    /// slack grows with the value (R50 OS16 512²: 1.58 GiB beside 2.68 live at batch 4, 3.0 GiB
+    /// beside 20.5 at batch 34, GPU run 40), so a constant overhead overshoots; the padding is the
+    /// least of that growth, and the gallop corrects the rest.
+    fn live_ceiling(&self) -> f64 {
+        let headroom = self.ceiling - self.overhead;
+        match self.overhead_live {
+            Some(live) => (headroom + self.padding * live) / (1.0 + self.padding),
+            None => headroom,
+        }
+    }
+
     /// The probe [`Predictor::next_guess`] would start with between `lo` and `hi`, every value
     /// between open; changes nothing.
     pub(crate) fn first_guess(&self, lo: usize, hi: usize) -> Option<usize> {
@@ -198,13 +219,8 @@ impl Predictor {
         if sub.iter().any(|x| x.is_nan()) {
             return None;
         }
-        predict_boundary(
-            &self.fit_points,
-            self.base_bytes,
-            self.ceiling - self.overhead,
-            &sub,
-        )
-        .map(|i| (lo + i).clamp(lo + 1, hi - 1))
+        predict_boundary(&self.fit_points, self.base_bytes, self.live_ceiling(), &sub)
+            .map(|i| (lo + i).clamp(lo + 1, hi - 1))
     }
 }
 
@@ -221,6 +237,48 @@ mod tests {
         assert_eq!(p, Some(5));
         let p = predict_boundary(&[(1.0, 1.5 * g), (2.0, 2.0 * g)], None, 4.0 * g, &xs);
         assert_eq!(p, Some(5));
+    }
+
+    /// GPU run 40's capacity search (R50 OS16 512² under 24 GiB, the `pytorch` pools): the original,
+    /// batch 4, fits with 2.68 GiB live and 4.26 GiB on the device. Batch 34 fits (20.5 GiB live,
+    /// 23.5 on the device), 35 does not. A constant overhead predicts 37; the pools' padding on
+    /// what grows predicts 35, one step from the boundary instead of three.
+    #[test]
+    fn the_pools_padding_on_what_grows_is_taken_off_the_ceiling() {
+        let axis = Axis {
+            name: "batch".into(),
+            noun: "batch".into(),
+            fix: None,
+            key: "data.batch".into(),
+            values: (1..=64)
+                .map(|v| crate::AxisValue {
+                    value: v.to_string(),
+                    label: v.to_string(),
+                    x: Some(v as f64),
+                })
+                .collect(),
+            original: 3,
+            fine: vec![],
+        };
+        let original = Measurement {
+            peak_bytes: Some(4_575_985_664),
+            peak_in_use_bytes: Some(2_879_505_920),
+            base_bytes: Some(340_071_424),
+            ..Measurement::new(Outcome::Fits)
+        };
+        let first = |pool_padding: f64| {
+            let o = AxisOptions {
+                ceiling: Some(24 << 30),
+                predict: true,
+                confirm_runs: 1,
+                pool_padding,
+            };
+            let mut p = Predictor::new(&axis, &o);
+            p.note_fit(3, &original);
+            p.first_guess(3, 63).map(|i| axis.values[i].label.clone())
+        };
+        assert_eq!(first(0.0).as_deref(), Some("37"));
+        assert_eq!(first(1.0 / 16.0).as_deref(), Some("35"));
     }
 
     #[test]

@@ -30,6 +30,7 @@ fn opts(ceiling: u64, predict: bool, confirm_runs: u32) -> AxisOptions {
         ceiling: Some(ceiling),
         predict,
         confirm_runs,
+        pool_padding: 0.0,
     }
 }
 

@@ -18,8 +18,9 @@ use cubecl_common::backtrace::BackTrace;
 use cubecl_ir::MemoryDeviceProperties;
 
 const MIB: u64 = 1024 * 1024;
-/// Growth between two large size classes: at most 1/16 of a large request is padding.
-const CLASS_RATIO: f64 = 1.0625;
+/// Growth between two large size classes: at most 1/16 of a large request is padding. Public for
+/// oom-bisect's search, which predicts a boundary from it (`oom_trial::pool_padding`).
+pub const CLASS_RATIO: f64 = 1.0625;
 
 /// The name cubecl-cuda gives the memory manager of device memory (`compute/stream.rs`); the
 /// pinned host memory manager beside it is not counted against a device ceiling.

@@ -92,6 +92,7 @@ pub fn bisect_axis(
         base,
         start: s.trial_count(),
         plain_bisection: plain_bisection_trials(hi - lo + 1),
+        confirm_runs: opts.confirm_runs,
     };
     search.predict_beside_the_top(s, lo, hi, opts);
     let (bottom, top) = match search.check_ends(s, lo, hi) {
@@ -190,6 +191,8 @@ struct Search<'a> {
     /// The session's trial count when this axis began.
     start: usize,
     plain_bisection: usize,
+    /// Re-runs of each side of the boundary found.
+    confirm_runs: u32,
 }
 
 impl Search<'_> {
@@ -371,6 +374,7 @@ impl Search<'_> {
             // guesses anew: guesses for it would only start trials that step no longer wants.
             if !s.ready(&self.axis.at(self.base, i)) {
                 s.guess(&next);
+                self.confirm_ahead(s, i, lo, hi);
             }
             let p = self.probe(s, i, lo, hi);
             if guess.is_some() {
@@ -386,6 +390,33 @@ impl Search<'_> {
                     skipped.insert(i);
                 }
             }
+        }
+    }
+
+    /// Where probe `i` is next to an end of the interval, one of its outcomes closes it (a fit next
+    /// to the first OOM, an OOM next to the last fit): the confirmation's re-runs of that pair start
+    /// beside the probe instead of a round after it. Started as sure although they are not: a
+    /// probe next to an end is where a prediction's gallop lands on the boundary, each re-run is
+    /// needed whenever the pair closes the interval, and `i`'s own is needed either way; the
+    /// capacity search's last round is two fits near the ceiling in a row otherwise. Only where
+    /// this search is the only one: beside others (the forum's axes) the workers are busy with
+    /// their trials, and a re-run not needed takes from them (the CPU quickstart, two workers:
+    /// 40 s → 48 s with five started for nothing, `docs/bench-rounds.sh`).
+    fn confirm_ahead(&self, s: &mut Session<'_>, i: usize, lo: usize, hi: usize) {
+        if !s.searching_alone() {
+            return;
+        }
+        let mut pair: Vec<usize> = vec![];
+        if i == lo + 1 {
+            pair.extend([lo, i]);
+        }
+        if i + 1 == hi {
+            pair.extend([i, hi]);
+        }
+        pair.dedup();
+        let candidates: Vec<Candidate> = pair.iter().map(|j| self.axis.at(self.base, *j)).collect();
+        if self.confirm_runs > 0 && !candidates.is_empty() {
+            s.expect_reruns(&candidates, self.confirm_runs);
         }
     }
 

@@ -63,6 +63,9 @@ pub struct Session<'a> {
     /// each get their own range, so that two axes confirming the same candidate (the original)
     /// re-run it apart, whether they run in turn or at once, under the same attempt numbers.
     rerun_floor: u32,
+    /// A session run apart beside others ([`Session::run_apart`]): the workers are shared with
+    /// their searches.
+    apart: bool,
 }
 
 impl<'a> Session<'a> {
@@ -82,7 +85,13 @@ impl<'a> Session<'a> {
             clock,
             budget_exhausted: false,
             rerun_floor: 0,
+            apart: false,
         }
+    }
+
+    /// Whether this is the only search asking for trials (not one of several run apart).
+    pub fn searching_alone(&self) -> bool {
+        !self.apart
     }
 
     /// Whether a trial or time budget is set (steps then run in order, so that what the budget
@@ -132,6 +141,7 @@ impl<'a> Session<'a> {
                             clock: &NoClock,
                             budget_exhausted: false,
                             rerun_floor: 0,
+                            apart: true,
                         };
                         let out = step(&mut sub, item);
                         (out, (sub.cache, sub.attempts, sub.trials))
@@ -274,12 +284,15 @@ impl<'a> Session<'a> {
     }
 
     /// `runs` re-runs of each candidate that [`Session::rerun`] will ask for, alternating between
-    /// the candidates as a confirmation does.
+    /// the candidates as a confirmation does. A candidate not measured yet is about to be (its
+    /// probe starts beside its re-runs): its re-runs come after that first run.
     pub fn expect_reruns(&mut self, candidates: &[Candidate], runs: u32) {
         let mut asks = vec![];
         for r in 0..runs {
             for c in candidates {
-                asks.push((c.clone(), self.next_rerun(c, r)));
+                let first_run_ahead = u32::from(!self.cache.contains_key(c));
+                let runs_so_far = self.attempts.get(c).copied().unwrap_or(0) + first_run_ahead;
+                asks.push((c.clone(), runs_so_far.max(self.rerun_floor) + r));
             }
         }
         self.send_hints(asks, true);

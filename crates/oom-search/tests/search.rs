@@ -455,6 +455,79 @@ fn nothing_is_guessed_for_a_probe_that_finished_ahead() {
     assert!(log[to + 1].starts_with("guess"), "{log:?}");
 }
 
+/// What a search asks for ahead (sure) and what it runs, each with its attempt number.
+struct Attempts {
+    inner: GrowingSlack,
+    ahead: Vec<(String, u32)>,
+    ran: Vec<(String, u32)>,
+}
+
+impl Oracle for Attempts {
+    fn run(&mut self, c: &Candidate, attempt: u32) -> Measurement {
+        let b = c.get("data.batch").unwrap_or("original").to_string();
+        self.ran.push((b, attempt));
+        self.inner.run(c, attempt)
+    }
+
+    fn prefetch(&mut self, asks: &[(Candidate, u32)], sure: bool) {
+        for (c, a) in asks.iter().filter(|_| sure) {
+            self.ahead
+                .push((c.get("data.batch").unwrap_or("original").to_string(), *a));
+        }
+    }
+}
+
+/// A probe next to an end of the interval may close it: the confirmation's re-runs of the pair it
+/// would close start beside it, under the attempt numbers the confirmation then asks for, so that
+/// the last round is the probe and the re-runs at once instead of the probe, then the re-runs.
+#[test]
+fn the_confirmation_starts_beside_a_probe_that_may_close_the_interval() {
+    // 0.04 GiB a sample: 64, 38 and 37 run out of memory, 35 fits, then 36 (fits) closes it.
+    let a = Axis {
+        original: 3,
+        ..axis("batch", "data.batch", 64)
+    };
+    let mut o = Attempts {
+        inner: GrowingSlack { slack: 0.04 },
+        ahead: vec![],
+        ran: vec![],
+    };
+    let mut ev = |_: &Event| {};
+    let clock = TestClock::default();
+    let mut s = session(&mut o, &mut ev, &clock);
+    s.measure(&Candidate::original(), Purpose::Original);
+    let r = bisect_axis(
+        &mut s,
+        &a,
+        &Candidate::original(),
+        3,
+        63,
+        &opts(24 << 30, true, 1),
+    );
+    check(64, 36, &r, false);
+    assert!(matches!(
+        r.verdict,
+        AxisVerdict::Boundary {
+            confirmed: true,
+            ..
+        }
+    ));
+    let pair = |b: &str, n: u32| (b.to_string(), n);
+    // Asked for before 36 first ran: the re-runs of 35, 36 (after its first run) and 37.
+    let ahead_of_36 = o.ahead.iter().position(|x| *x == pair("36", 1));
+    assert!(ahead_of_36.is_some(), "{:?}", o.ahead);
+    for b in ["35", "37"] {
+        assert!(o.ahead.contains(&pair(b, 1)), "{:?}", o.ahead);
+    }
+    // The confirmation re-ran 36 and 37 under those numbers, and nothing ran a third time.
+    assert!(
+        o.ran.contains(&pair("36", 1)) && o.ran.contains(&pair("37", 1)),
+        "{:?}",
+        o.ran
+    );
+    assert!(o.ran.iter().all(|(_, n)| *n <= 1), "{:?}", o.ran);
+}
+
 /// A batch axis whose values below `boundary` fit and above it do not, and `boundary` itself fits
 /// on its run number `attempt` only: a flaky boundary.
 struct FitsOnAttempt {

@@ -14,19 +14,13 @@ PART=${PART:-a}
 RUN=run42$PART
 . docs/runs/prelude.sh
 CAPACITY="--config $R50 --set model.output_stride=16 --memory-limit 24GiB --axes batch"
-bench() { # NAME LIMIT BINARY ARGS…
-  local name=$1 limit=$2 bin=$3 t0=$SECONDS; shift 3
-  timeout $limit $bin bench --backend cuda --fresh --journal /tmp/j-$name \
-    --json $R/$name.json "$@" > $R/$name.txt 2> $R/$name.progress.txt
-  log "$name rc=$? $((SECONDS - t0))s"
-}
 if [ $PART = a ]; then
-  bench forum-new-cold 210 $B --ceiling-by cap --config $FORUM
-  bench forum-old-warm 150 $B-old --ceiling-by cap --config $FORUM
-  bench forum-new-warm 150 $B --ceiling-by cap --config $FORUM
+  bench_with forum-new-cold 210 $B --ceiling-by cap --config $FORUM
+  bench_with forum-old-warm 150 $B-old --ceiling-by cap --config $FORUM
+  bench_with forum-new-warm 150 $B --ceiling-by cap --config $FORUM
   for k in 1 2; do
-    bench cap-new-$k 50 $B --ceiling-by cap $CAPACITY
-    bench cap-old-$k 50 $B-old --ceiling-by cap $CAPACITY
+    bench_with cap-new-$k 50 $B --ceiling-by cap $CAPACITY
+    bench_with cap-old-$k 50 $B-old --ceiling-by cap $CAPACITY
   done
 else
   t0=$SECONDS

@@ -403,19 +403,16 @@ impl Search<'_> {
     /// their trials, and a re-run not needed takes from them (the CPU quickstart, two workers:
     /// 40 s → 48 s with five started for nothing, `docs/bench-rounds.sh`).
     fn confirm_ahead(&self, s: &mut Session<'_>, i: usize, lo: usize, hi: usize) {
-        if !s.searching_alone() {
+        if self.confirm_runs == 0 || !s.searching_alone() {
             return;
         }
-        let mut pair: Vec<usize> = vec![];
-        if i == lo + 1 {
-            pair.extend([lo, i]);
-        }
-        if i + 1 == hi {
-            pair.extend([i, hi]);
-        }
-        pair.dedup();
-        let candidates: Vec<Candidate> = pair.iter().map(|j| self.axis.at(self.base, *j)).collect();
-        if self.confirm_runs > 0 && !candidates.is_empty() {
+        // `i` with the end (or both ends) it is next to: the sides of the pairs it may close.
+        let below = (i == lo + 1).then_some(lo);
+        let above = (i + 1 == hi).then_some(hi);
+        let sides: Vec<usize> = below.into_iter().chain([i]).chain(above).collect();
+        if sides.len() > 1 {
+            let candidates: Vec<Candidate> =
+                sides.iter().map(|j| self.axis.at(self.base, *j)).collect();
             s.expect_reruns(&candidates, self.confirm_runs);
         }
     }

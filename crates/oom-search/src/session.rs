@@ -251,19 +251,15 @@ impl<'a> Session<'a> {
 
     /// A deliberate re-run of a candidate (boundary confirmation); does not replace the cached result.
     pub fn rerun(&mut self, c: &Candidate, purpose: Purpose) -> Measurement {
-        let next = self.next_rerun(c, 0);
+        let next = self.next_rerun(c, 0, 0);
         self.attempts.insert(c.clone(), next);
         self.run_once(c, &purpose)
     }
 
-    /// The attempt number of the `r`-th next re-run of `c`: at least the current re-run floor.
-    fn next_rerun(&self, c: &Candidate, r: u32) -> u32 {
-        self.attempts
-            .get(c)
-            .copied()
-            .unwrap_or(0)
-            .max(self.rerun_floor)
-            + r
+    /// The attempt number of the `r`-th next re-run of `c` once `ahead` more runs of it have been
+    /// made: at least the current re-run floor.
+    fn next_rerun(&self, c: &Candidate, ahead: u32, r: u32) -> u32 {
+        (self.attempts.get(c).copied().unwrap_or(0) + ahead).max(self.rerun_floor) + r
     }
 
     /// Re-runs from here on are numbered from `floor` up (see `rerun_floor`).
@@ -291,8 +287,7 @@ impl<'a> Session<'a> {
         for r in 0..runs {
             for c in candidates {
                 let first_run_ahead = u32::from(!self.cache.contains_key(c));
-                let runs_so_far = self.attempts.get(c).copied().unwrap_or(0) + first_run_ahead;
-                asks.push((c.clone(), runs_so_far.max(self.rerun_floor) + r));
+                asks.push((c.clone(), self.next_rerun(c, first_run_ahead, r)));
             }
         }
         self.send_hints(asks, true);

@@ -162,6 +162,8 @@ enum Meter {
         ceiling: crate::cuda::CudaCeiling,
         device: burn_cuda::CudaDevice,
         peak: u64,
+        /// Why the first reading past the ceiling was past it (`CudaCeiling::past`).
+        past: Option<String>,
     },
 }
 
@@ -178,6 +180,7 @@ impl Meter {
                 ceiling,
                 device,
                 peak,
+                past,
             } => {
                 use cubecl::Runtime;
                 let in_use = cubecl::cuda::CudaRuntime::client(device)
@@ -186,22 +189,26 @@ impl Meter {
                     .unwrap_or(0);
                 let used = ceiling.device_used();
                 *peak = (*peak).max(used);
+                if past.is_none() {
+                    *past = ceiling.past(used);
+                }
                 (in_use, used)
             }
         }
     }
 
-    /// The peak and the ceiling when a trial went past its ceiling without an out-of-memory: a
-    /// capped trial whose process grew outside its pools (loaded kernels) after the last page.
-    fn over_ceiling(&mut self) -> Option<(u64, u64)> {
+    /// An error when a reading went past the ceiling although no page was refused: a capped
+    /// process that grew outside its pools after its last page (loaded kernels). The CPU's
+    /// ceiling is exact.
+    fn check_ceiling(&mut self) -> Result<()> {
+        self.read();
         match self {
-            Meter::Cpu => None,
+            Meter::Cpu => Ok(()),
             #[cfg(feature = "cuda")]
-            Meter::Cuda { ceiling, .. } => {
-                let c = ceiling.ceiling_bytes;
-                let peak = self.peak();
-                (peak > c).then_some((peak, c))
-            }
+            Meter::Cuda { past, .. } => match past {
+                None => Ok(()),
+                Some(m) => bail!("{m}"),
+            },
         }
     }
 
@@ -313,6 +320,7 @@ fn run_cuda(config: &Config, req: &Request) -> Result<()> {
         ceiling,
         device: device.clone(),
         peak: 0,
+        past: None,
     };
     // Checkpointed blocks (the pytorch model) are the model's own doing; only burn's strategy is
     // a backend of its own.
@@ -441,14 +449,7 @@ fn train<B: AutodiffBackend + deeplab::pytorch::PytorchOps>(
 
 /// The trial's last event, unless it went past its ceiling without an out-of-memory (an error).
 fn done(meter: &mut Meter, req: &Request, check: f64) -> Result<()> {
-    if let Some((peak, ceiling)) = meter.over_ceiling() {
-        bail!(
-            "the trial used {} of device memory, more than its ceiling ({}), without an \
-             out-of-memory: it measured nothing a card of that size would allow",
-            crate::fmt_bytes(peak),
-            crate::fmt_bytes(ceiling)
-        );
-    }
+    meter.check_ceiling()?;
     let peak_bytes = meter.peak();
     let peak_in_use_bytes = crate::alloc::peak() as u64;
     emit(&ChildEvent::Done {

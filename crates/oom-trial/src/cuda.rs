@@ -258,6 +258,56 @@ impl CudaCeiling {
             Err(_) => 0,
         }
     }
+
+    /// Why a reading of `used` bytes is past the ceiling although no page was refused, with what
+    /// the process held then (`None` when it is within the ceiling).
+    pub fn past(&self, used: u64) -> Option<String> {
+        let pools = self.capped.then(|| {
+            let held = cubecl_runtime::memory_management::oom_bisect::DEVICE_POOLS.held();
+            (held, mempool_spare())
+        });
+        past_ceiling(used, self.ceiling_bytes, self.context_bytes, pools)
+    }
+}
+
+/// The error of a trial whose device reading went past its ceiling without a page refused: it
+/// measured nothing a card of that size would allow (never a fit, never an out-of-memory: which
+/// of a late page or a kernel loaded after the last page took it over cannot be told here, and a
+/// card of that size would retry the one and refuse the other). Under the cap, what the process
+/// held at that reading, for the reader who has to tell: `pools` is (bytes of pool pages, bytes
+/// the stream's pool held spare).
+fn past_ceiling(
+    used: u64,
+    ceiling: u64,
+    context: u64,
+    pools: Option<(u64, u64)>,
+) -> Option<String> {
+    use crate::fmt_bytes as b;
+    if used <= ceiling {
+        return None;
+    }
+    if used == u64::MAX {
+        return Some(
+            "NVML could not read this process's device memory: its ceiling was not kept".into(),
+        );
+    }
+    let held = match pools {
+        Some((pages, spare)) => format!(
+            " (at the first reading past it: {} of pool pages, {} spare in the stream's pool, {} \
+             outside them against a {} context at the start)",
+            b(pages),
+            b(spare),
+            b(used.saturating_sub(pages + spare)),
+            b(context)
+        ),
+        None => " (another process's memory on the card?)".into(),
+    };
+    Some(format!(
+        "the trial's device memory read {}, more than its ceiling ({}), without an \
+         out-of-memory: it measured nothing a card of that size would allow{held}",
+        b(used),
+        b(ceiling)
+    ))
 }
 
 /// Refuses a ceiling the device cannot give: larger than the card, on a card another process uses
@@ -306,4 +356,34 @@ fn reserve(bytes: u64) -> Result<u64> {
         left -= n;
     }
     Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+    const MIB: u64 = 1 << 20;
+
+    /// A reading past the ceiling is an error that says what the process held outside its pools
+    /// (a late kernel load or a page; the next GPU run's logs tell which).
+    #[test]
+    fn a_reading_past_the_ceiling_says_what_was_held() {
+        let (ceiling, context) = (24 * GIB, 600 * MIB);
+        assert_eq!(
+            past_ceiling(ceiling, ceiling, context, Some((GIB, 0))),
+            None
+        );
+        let m = past_ceiling(ceiling + 15 * MIB, ceiling, context, Some((23 * GIB, 0))).unwrap();
+        assert!(
+            m.contains("read 24.01 GiB, more than its ceiling (24.00 GiB)"),
+            "{m}"
+        );
+        assert!(
+            m.contains("1.01 GiB outside them against a 600.0 MiB context"),
+            "{m}"
+        );
+        let m = past_ceiling(u64::MAX, ceiling, context, Some((GIB, 0))).unwrap();
+        assert!(m.contains("NVML could not read"), "{m}");
+    }
 }

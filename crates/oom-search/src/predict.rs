@@ -21,23 +21,7 @@ pub fn predict_boundary(
     ceiling: f64,
     xs: &[f64],
 ) -> Option<usize> {
-    let mut pts: Vec<(f64, f64)> = points.to_vec();
-    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-    pts.dedup_by(|a, b| a.0 == b.0);
-    // The line through the two largest points, closest to the boundary; with one point, through it and
-    // the base memory at x = 0.
-    let (x1, y1, x2, y2) = match pts.as_slice() {
-        [.., (x1, y1), (x2, y2)] => (*x1, *y1, *x2, *y2),
-        [(x2, y2)] => (0.0, base?, *x2, *y2),
-        [] => return None,
-    };
-    if x2 <= x1 {
-        return None;
-    }
-    let slope = (y2 - y1) / (x2 - x1);
-    if !(slope.is_finite() && slope > 0.0) {
-        return None;
-    }
+    let (x2, y2, slope) = line(points, base)?;
     let x_star = x2 + (ceiling - y2) / slope;
     let mut best = None;
     for (i, x) in xs.iter().enumerate() {
@@ -48,12 +32,30 @@ pub fn predict_boundary(
     best
 }
 
+/// The line through the two largest of `points`, closest to the boundary (with one point, through
+/// it and `base` at x = 0): (the largest x, its peak, the slope), where memory grows along it.
+fn line(points: &[(f64, f64)], base: Option<f64>) -> Option<(f64, f64, f64)> {
+    let mut pts: Vec<(f64, f64)> = points.to_vec();
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    pts.dedup_by(|a, b| a.0 == b.0);
+    let (x1, y1, x2, y2) = match pts.as_slice() {
+        [.., (x1, y1), (x2, y2)] => (*x1, *y1, *x2, *y2),
+        [(x2, y2)] => (0.0, base?, *x2, *y2),
+        [] => return None,
+    };
+    if x2 <= x1 {
+        return None;
+    }
+    let slope = (y2 - y1) / (x2 - x1);
+    (slope.is_finite() && slope > 0.0).then_some((x2, y2, slope))
+}
+
 /// Where to probe next, from the peaks of the fits so far. Memory held by live tensors is smooth in
 /// batch and pixels, where the device's peak moves in pool pages and, at small inputs, is mostly the
 /// context; what the device held beyond the live tensors at the largest fit is taken off the ceiling.
 ///
 /// The policy: probe the predicted last fit; if the prediction was right, its neighbour closes the
-/// interval. Where the neighbour has the same outcome the prediction was off, and the probes gallop
+/// interval (where the prediction is the measured bottom, its neighbour is the first probe). Where the neighbour has the same outcome the prediction was off, and the probes gallop
 /// from it, each twice as far as the one before, until the outcome turns (the device's slack grows
 /// with the batch, so a line through small fits overshoots by a few steps, not by half the axis);
 /// plain bisection then halves the bracket the last two probes left.
@@ -155,7 +157,17 @@ impl Predictor {
             None | Some((_, Outcome::Fits, true)) => {
                 // A fresh prediction: its neighbour, not a turn, follows it.
                 self.last = None;
-                self.predict(lo, hi)
+                let raw = self.predict_unclamped(lo, hi);
+                if raw.is_some_and(|r| r <= lo) && self.padding_hides_a_step(lo) {
+                    // The line puts the last fit at `lo`, measured: `lo + 1` is its neighbour. Where
+                    // the pools' padding hides a step, a fit there says the line is off by more
+                    // than a step, and the probes gallop on as after a prediction and its
+                    // neighbour both fitting (two steps, not one). The forum's fine sizes on the
+                    // H200 (832 fits, 864 does not) went 840, 848, 856, one round each, in every
+                    // run that reached them; now 840, 856.
+                    self.last = Some((lo, Outcome::Fits, false));
+                }
+                raw.map(|r| r.clamp(lo + 1, hi - 1))
             }
         };
         match guess.filter(|g| open.contains(g)) {
@@ -181,6 +193,26 @@ impl Predictor {
         match self.overhead_live {
             Some(live) => (headroom + self.padding * live) / (1.0 + self.padding),
             None => headroom,
+        }
+    }
+
+    /// Whether the pools' padding on the live bytes of the largest fit (up to
+    /// [`AxisOptions::pool_padding`] of them) is more than what one step from `lo` adds along the
+    /// line: neighbours' device peaks may then differ by more than the step itself (the forum's
+    /// 848² held 0.28 GiB less than 840² on the H200), and the line cannot tell them apart. Never
+    /// where the pools do not pad (the CPU's exact allocator, burn's model).
+    fn padding_hides_a_step(&self, lo: usize) -> bool {
+        let next = self.xs.get(lo + 1).copied().flatten();
+        match (
+            line(&self.fit_points, self.base_bytes),
+            self.overhead_live,
+            self.xs[lo],
+            next,
+        ) {
+            (Some((_, _, slope)), Some(live), Some(x0), Some(x1)) => {
+                self.padding * live > slope * (x1 - x0)
+            }
+            _ => false,
         }
     }
 
@@ -212,6 +244,12 @@ impl Predictor {
     /// The predicted last fitting value, kept inside the open interval: a prediction at or below
     /// `lo` says `lo + 1` is the first to fail.
     fn predict(&self, lo: usize, hi: usize) -> Option<usize> {
+        self.predict_unclamped(lo, hi)
+            .map(|i| i.clamp(lo + 1, hi - 1))
+    }
+
+    /// The predicted last fitting value between `lo` and `hi`, ends included.
+    fn predict_unclamped(&self, lo: usize, hi: usize) -> Option<usize> {
         let sub: Vec<f64> = self.xs[lo..=hi]
             .iter()
             .map(|x| x.unwrap_or(f64::NAN))
@@ -220,7 +258,7 @@ impl Predictor {
             return None;
         }
         predict_boundary(&self.fit_points, self.base_bytes, self.live_ceiling(), &sub)
-            .map(|i| (lo + i).clamp(lo + 1, hi - 1))
+            .map(|i| lo + i)
     }
 }
 

@@ -284,6 +284,17 @@ fn probed_search(
     lo: usize,
     hi: usize,
 ) -> (Vec<String>, AxisSearch) {
+    probed_search_with(o, axis, lo, hi, &opts(24 << 30, true, 0))
+}
+
+/// [`probed_search`] with the given options.
+fn probed_search_with(
+    o: &mut dyn Oracle,
+    axis: &Axis,
+    lo: usize,
+    hi: usize,
+    options: &AxisOptions,
+) -> (Vec<String>, AxisSearch) {
     let mut probed: Vec<String> = vec![];
     let mut ev = |e: &Event| {
         if let Event::TrialStarted { candidate, .. } = e {
@@ -293,14 +304,7 @@ fn probed_search(
     let clock = TestClock::default();
     let mut s = session(o, &mut ev, &clock);
     s.measure(&Candidate::original(), Purpose::Original);
-    let r = bisect_axis(
-        &mut s,
-        axis,
-        &Candidate::original(),
-        lo,
-        hi,
-        &opts(24 << 30, true, 0),
-    );
+    let r = bisect_axis(&mut s, axis, &Candidate::original(), lo, hi, options);
     (probed, r)
 }
 
@@ -383,6 +387,73 @@ fn an_overshooting_prediction_gallops_back_instead_of_bisecting_the_axis() {
         ["original", "64", "38", "37", "35", "31", "33", "34"],
         "{r:?}"
     );
+}
+
+/// The forum's size axis as GPU run 43 measured it near the boundary (device and live GiB; 864²
+/// and above run out of memory): the device peak moves by the pools' size classes, not smoothly
+/// (848² holds less than 840²).
+struct ForumSizes;
+
+impl Oracle for ForumSizes {
+    fn run(&mut self, c: &Candidate, _: u32) -> Measurement {
+        let (device, live) = match c.get("data.size").unwrap_or("[1024, 1024]") {
+            "[832, 832]" => (23.889, 20.489),
+            "[840, 840]" => (23.982, 20.868),
+            "[848, 848]" => (23.701, 21.252),
+            "[856, 856]" => (23.918, 21.639),
+            _ => (24.5, 22.0),
+        };
+        under_24_gib(device, live, 0.488)
+    }
+}
+
+/// Where the line through the fits puts the last fit at the measured bottom, its first probe is
+/// that bottom's neighbour; where the pools' padding (1/16 on CUDA under the `pytorch` model) hides
+/// a step, a fit there gallops two steps on, not one: the forum's fine sizes between 832² (fits)
+/// and 864² (does not) took 840², 848², 856² one round each in every H200 run that reached them
+/// (runs 33–43). Without padding (the CPU) the line is trusted to a step, as before.
+#[test]
+fn a_fit_beside_a_bottom_predicted_last_gallops_two_steps_where_the_pools_pad() {
+    let a = Axis {
+        name: "size".into(),
+        noun: "input size".into(),
+        fix: None,
+        key: "data.size".into(),
+        values: (0..=4)
+            .map(|k| {
+                let side = 832 + 8 * k;
+                AxisValue {
+                    value: format!("[{side}, {side}]"),
+                    label: format!("{side}×{side}"),
+                    x: Some((side as f64).powi(2)),
+                }
+            })
+            .collect(),
+        original: usize::MAX,
+        fine: vec![],
+    };
+    let padded = AxisOptions {
+        pool_padding: 1.0 / 16.0,
+        ..opts(24 << 30, true, 0)
+    };
+    let (probed, r) = probed_search_with(&mut ForumSizes, &a, 0, 4, &padded);
+    assert_eq!(
+        probed,
+        [
+            "original",
+            "[864, 864]",
+            "[832, 832]",
+            "[840, 840]",
+            "[856, 856]"
+        ],
+        "{r:?}"
+    );
+    match &r.verdict {
+        AxisVerdict::Boundary { last_fit, .. } => assert_eq!(last_fit.label, "856×856"),
+        v => panic!("{v:?}"),
+    }
+    let (probed, _) = probed_search(&mut ForumSizes, &a, 0, 4);
+    assert_eq!(probed[3..], ["[840, 840]", "[848, 848]", "[856, 856]"]);
 }
 
 /// [`GrowingSlack`] that also writes down, in order, what it runs and what it is told to start

@@ -462,7 +462,8 @@ pub fn bench(args: &BenchArgs) -> Result<i32> {
             &run.reports,
             run.wall_seconds,
             run.resumed,
-            run.kernel_cache.as_deref()
+            run.kernel_cache.as_deref(),
+            matches!(st.device.engine, oom_trial::Engine::Exec { .. })
         )
     );
     let slots: Vec<&str> = run

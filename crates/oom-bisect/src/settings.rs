@@ -446,6 +446,16 @@ fn pool_padding(device: &DeviceSettings, config: &Config) -> f64 {
     }
 }
 
+/// The share of the ceiling under which a boundary's last fit is not re-run (`AxisOptions::
+/// settled_below`): the built-in model's one-step share (`train.one_step_below`), its trials being
+/// the same shapes every run; none for `--exec`, whose command may vary its inputs run to run.
+fn settled_below(device: &DeviceSettings, config: &Config) -> f64 {
+    match device.engine {
+        Engine::Train | Engine::Estimate => config.one_step_below(),
+        Engine::Exec { .. } => 0.0,
+    }
+}
+
 /// Everything a diagnosis runs on.
 pub struct BisectSettings {
     pub workload: Workload,
@@ -480,6 +490,7 @@ impl BisectSettings {
             },
             predict: !args.no_predict,
             pool_padding: pool_padding(&device, &workload.config),
+            settled_below: settled_below(&device, &workload.config),
             budget: Budget {
                 max_trials: args.max_trials,
                 max_time: args.max_time,

@@ -58,6 +58,10 @@ pub struct AxisSearch {
     pub trials: usize,
     /// Of which confirmation re-runs.
     pub confirmations: usize,
+    /// The last fit ran once, far below the ceiling ([`AxisOptions::settled_below`]): only the
+    /// first OOM was re-run.
+    #[serde(default)]
+    pub settled_fit: bool,
     /// What plain bisection would need over the same interval: ceil(log2(n)) + 2.
     pub plain_bisection: usize,
 }
@@ -75,6 +79,12 @@ pub struct AxisOptions {
     /// The most the device's pools add to a large tensor, as a share of its size (the size
     /// classes' padding; 0 where unknown): a prediction takes it off the ceiling for what grows.
     pub pool_padding: f64,
+    /// A last fit whose device peak stayed at or under this share of the ceiling is not re-run by
+    /// the confirmation, only the first OOM (0: both sides are). Far below the ceiling a built-in
+    /// trial's peak repeats to a few MiB: its shapes are fixed and, in its one step, nothing is
+    /// released (`train.one_step_below`, the same share); a re-run there finds what the first run
+    /// showed, and only the out-of-memory side, a failure, can be a flake.
+    pub settled_below: f64,
 }
 
 /// Searches `axis` between indices `lo` (expected to fit) and `hi` (expected to run out of memory),
@@ -93,6 +103,10 @@ pub fn bisect_axis(
         start: s.trial_count(),
         plain_bisection: plain_bisection_trials(hi - lo + 1),
         confirm_runs: opts.confirm_runs,
+        settled_at: opts
+            .ceiling
+            .filter(|_| opts.settled_below > 0.0)
+            .map(|c| (c as f64 * opts.settled_below) as u64),
     };
     search.predict_beside_the_top(s, lo, hi, opts);
     let (bottom, top) = match search.check_ends(s, lo, hi) {
@@ -106,8 +120,15 @@ pub fn bisect_axis(
         let verdict = search.gap(last_fit, first_oom, &skipped);
         return search.done(s, verdict, 0);
     }
-    let verdict = search.confirm(s, last_fit, first_oom, opts.confirm_runs);
-    search.done(s, verdict, 2 * opts.confirm_runs as usize)
+    let fit_runs = match search.settled(&last_fit) {
+        true => 0,
+        false => opts.confirm_runs,
+    };
+    let verdict = search.confirm(s, last_fit, first_oom, fit_runs, opts.confirm_runs);
+    AxisSearch {
+        settled_fit: fit_runs < opts.confirm_runs,
+        ..search.done(s, verdict, (fit_runs + opts.confirm_runs) as usize)
+    }
 }
 
 /// [`bisect_axis`], then, on an axis with [`Axis::fine`] values, the boundary narrowed on them: the
@@ -193,6 +214,8 @@ struct Search<'a> {
     plain_bisection: usize,
     /// Re-runs of each side of the boundary found.
     confirm_runs: u32,
+    /// The device peak at or under which a fit is not re-run ([`AxisOptions::settled_below`]).
+    settled_at: Option<u64>,
 }
 
 impl Search<'_> {
@@ -221,7 +244,17 @@ impl Search<'_> {
             verdict,
             trials: s.trial_count() - self.start,
             confirmations,
+            settled_fit: false,
             plain_bisection: self.plain_bisection,
+        }
+    }
+
+    /// Whether `p` fitted so far below the ceiling that a re-run would only repeat it.
+    fn settled(&self, p: &Probe) -> bool {
+        let m = &p.measurement;
+        match (self.settled_at, m.outcome, m.peak_bytes) {
+            (Some(at), Outcome::Fits, Some(peak)) => peak <= at,
+            _ => false,
         }
     }
 
@@ -374,7 +407,7 @@ impl Search<'_> {
             // guesses anew: guesses for it would only start trials that step no longer wants.
             if !s.ready(&self.axis.at(self.base, i)) {
                 s.guess(&next);
-                self.confirm_ahead(s, i, lo, hi);
+                self.confirm_ahead(s, i, &lo_p, hi);
             }
             let p = self.probe(s, i, lo, hi);
             if guess.is_some() {
@@ -402,12 +435,14 @@ impl Search<'_> {
     /// this search is the only one: beside others (the forum's axes) the workers are busy with
     /// their trials, and a re-run not needed takes from them (the CPU quickstart, two workers:
     /// 40 s → 48 s with five started for nothing, `docs/bench-rounds.sh`).
-    fn confirm_ahead(&self, s: &mut Session<'_>, i: usize, lo: usize, hi: usize) {
+    fn confirm_ahead(&self, s: &mut Session<'_>, i: usize, lo_p: &Probe, hi: usize) {
         if self.confirm_runs == 0 || !s.searching_alone() {
             return;
         }
-        // `i` with the end (or both ends) it is next to: the sides of the pairs it may close.
-        let below = (i == lo + 1).then_some(lo);
+        // `i` with the end (or both ends) it is next to: the sides of the pairs it may close; a
+        // fit below that is settled is not re-run.
+        let lo = lo_p.index;
+        let below = (i == lo + 1 && !self.settled(lo_p)).then_some(lo);
         let above = (i + 1 == hi).then_some(hi);
         let sides: Vec<usize> = below.into_iter().chain([i]).chain(above).collect();
         if sides.len() > 1 {
@@ -439,24 +474,29 @@ impl Search<'_> {
         }
     }
 
-    /// Re-runs both sides `runs` times, alternating so that a drift over time shows on both.
+    /// Re-runs the last fit `fit_runs` times and the first OOM `runs` times, alternating so that
+    /// a drift over time shows on both.
     fn confirm(
         &self,
         s: &mut Session<'_>,
         last_fit: Probe,
         first_oom: Probe,
+        fit_runs: u32,
         runs: u32,
     ) -> AxisVerdict {
         let purpose = Purpose::Confirm {
             axis: self.axis.name.clone(),
         };
         let (mut fit_again, mut oom_again) = (vec![], vec![]);
-        s.expect_reruns(
-            &[last_fit.candidate.clone(), first_oom.candidate.clone()],
-            runs,
-        );
-        for _ in 0..runs {
-            fit_again.push(s.rerun(&last_fit.candidate, purpose.clone()).outcome);
+        let sides = match fit_runs {
+            0 => vec![first_oom.candidate.clone()],
+            _ => vec![last_fit.candidate.clone(), first_oom.candidate.clone()],
+        };
+        s.expect_reruns(&sides, runs);
+        for r in 0..runs {
+            if r < fit_runs {
+                fit_again.push(s.rerun(&last_fit.candidate, purpose.clone()).outcome);
+            }
             oom_again.push(s.rerun(&first_oom.candidate, purpose.clone()).outcome);
         }
         let stable = fit_again.iter().all(|o| *o == Outcome::Fits)

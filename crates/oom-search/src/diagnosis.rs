@@ -84,6 +84,8 @@ pub struct SearchOptions {
     pub predict: bool,
     /// See [`AxisOptions::pool_padding`].
     pub pool_padding: f64,
+    /// See [`AxisOptions::settled_below`].
+    pub settled_below: f64,
     /// Trials and time; what is not measured within it is inconclusive.
     pub budget: Budget,
     /// Which steps run.
@@ -102,6 +104,7 @@ impl SearchOptions {
             predict: self.predict,
             confirm_runs: self.confirm_runs,
             pool_padding: self.pool_padding,
+            settled_below: self.settled_below,
         }
     }
 }
@@ -113,6 +116,7 @@ impl Default for SearchOptions {
             confirm_runs: 1,
             predict: true,
             pool_padding: 0.0,
+            settled_below: 0.0,
             budget: Budget::default(),
             fixes: true,
             modules: true,

@@ -310,6 +310,7 @@ mod tests {
                 predict: true,
                 confirm_runs: 1,
                 pool_padding,
+                settled_below: 0.0,
             };
             let mut p = Predictor::new(&axis, &o);
             p.note_fit(3, &original);

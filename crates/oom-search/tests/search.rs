@@ -31,6 +31,7 @@ fn opts(ceiling: u64, predict: bool, confirm_runs: u32) -> AxisOptions {
         predict,
         confirm_runs,
         pool_padding: 0.0,
+        settled_below: 0.0,
     }
 }
 
@@ -671,6 +672,69 @@ fn more_confirmation_runs_catch_a_rarer_flake() {
         }
         v => panic!("{v:?}"),
     }
+}
+
+/// A batch axis under 24 GiB whose batch `b` holds `gib_per_sample × b` GiB at its peak: the
+/// candidates run, in order.
+struct Samples {
+    gib_per_sample: f64,
+    ran: Vec<(String, u32)>,
+}
+
+impl Oracle for Samples {
+    fn run(&mut self, c: &Candidate, attempt: u32) -> Measurement {
+        let b: f64 = c.get("data.batch").map_or(8.0, |v| v.parse().unwrap());
+        self.ran.push((b.to_string(), attempt));
+        let peak = self.gib_per_sample * b;
+        under_24_gib(peak, peak, 0.5)
+    }
+}
+
+/// The confirmation re-runs a last fit only where it came near the ceiling: far below it (at or
+/// under `settled_below` of it) a re-run would repeat the first run, and only the out-of-memory
+/// side is re-run.
+#[test]
+fn a_fit_far_below_the_ceiling_is_not_re_run() {
+    let reruns = |gib_per_sample: f64| {
+        let a = axis("batch", "data.batch", 8);
+        let mut o = Samples {
+            gib_per_sample,
+            ran: vec![],
+        };
+        let mut ev = |_: &Event| {};
+        let clock = TestClock::default();
+        let mut s = session(&mut o, &mut ev, &clock);
+        let options = AxisOptions {
+            settled_below: 0.9,
+            ..opts(24 << 30, false, 1)
+        };
+        let r = bisect_axis(&mut s, &a, &Candidate::original(), 0, 7, &options);
+        assert!(
+            matches!(
+                r.verdict,
+                AxisVerdict::Boundary {
+                    confirmed: true,
+                    ..
+                }
+            ),
+            "{r:?}"
+        );
+        let again: Vec<String> = o
+            .ran
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(b, _)| b.clone())
+            .collect();
+        (again, r)
+    };
+    // 7 GiB a sample: batch 3 fits at 21 GiB (88% of 24), batch 4 does not: only 4 re-runs.
+    let (again, r) = reruns(7.0);
+    assert_eq!(again, ["4"], "{r:?}");
+    assert_eq!((r.confirmations, r.settled_fit), (1, true));
+    // 7.5 GiB a sample: batch 3 fits at 22.5 GiB (94%): both sides re-run.
+    let (again, r) = reruns(7.5);
+    assert_eq!(again, ["3", "4"], "{r:?}");
+    assert_eq!((r.confirmations, r.settled_fit), (2, false));
 }
 
 /// A fake workload: memory is a sum of per-axis and per-module terms, with one module whose swap adds

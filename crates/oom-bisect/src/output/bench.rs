@@ -7,13 +7,15 @@ use oom_trial::pool::PoolStats;
 use oom_trial::{TrialOutcome, TrialReport};
 use std::collections::HashMap;
 
-/// The timings of a finished diagnosis, `reports` by candidate and attempt.
+/// The timings of a finished diagnosis, `reports` by candidate and attempt; `exec`: the trials
+/// were a user's command (`--exec`).
 pub fn bench(
     d: &Diagnosis,
     reports: &HashMap<(Candidate, u32), TrialReport>,
     wall_seconds: f64,
     resumed: usize,
     kernel_cache: Option<&std::path::Path>,
+    exec: bool,
 ) -> String {
     let mut s = format!(
         "diagnosis: {} trials, {wall_seconds:.1} s wall ({resumed} answered from the journal)\n",
@@ -26,7 +28,7 @@ pub fn bench(
         .iter()
         .filter_map(|t| reports.get(&(t.candidate.clone(), t.attempt)))
         .collect();
-    s += &per_trial(&ran);
+    s += &per_trial(&ran, exec);
     s += &format!(
         "  kernel cache: {}\n",
         kernel_cache
@@ -70,7 +72,7 @@ fn overhead(r: &TrialReport) -> f64 {
     r.wall_seconds - steady * r.steps.len() as f64
 }
 
-fn per_trial(ran: &[&TrialReport]) -> String {
+fn per_trial(ran: &[&TrialReport], exec: bool) -> String {
     let walls: Vec<f64> = ran.iter().map(|r| r.wall_seconds).collect();
     let ready: Vec<f64> = ran.iter().filter_map(|r| r.ready_seconds).collect();
     let built: Vec<f64> = ran
@@ -104,7 +106,11 @@ fn per_trial(ran: &[&TrialReport]) -> String {
             mean(&of(&|r| r.steps.iter().map(|s| s.seconds).sum())),
         ),
         (
-            "finished trials: first step (compilation included)",
+            // A command's first step is timed from its start: its interpreter, imports and build.
+            match exec {
+                true => "finished trials: first step (the command's start included)",
+                false => "finished trials: first step (compilation included)",
+            },
             mean(&of(&|r| r.steps[0].seconds)),
         ),
         ("finished trials: a later step", mean(&later)),

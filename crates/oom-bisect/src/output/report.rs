@@ -44,8 +44,7 @@ fn boundary_row(a: &AxisSearch, cx: &Context<'_>) -> String {
             format!("{} ({})", last_fit.label, peak(last_fit, cx)),
             format!("{} ({})", first_oom.label, peak(first_oom, cx)),
             if *confirmed {
-                let n = a.confirmations / 2 + 1;
-                format!(", confirmed {n}/{n}")
+                confirmed_runs(a, last_fit)
             } else if a.confirmations > 0 {
                 ", unconfirmed (the budget ran out before the re-runs)".to_string()
             } else {
@@ -56,6 +55,24 @@ fn boundary_row(a: &AxisSearch, cx: &Context<'_>) -> String {
         | AxisVerdict::AllFit { message, .. }
         | AxisVerdict::Inconclusive { message, .. }
         | AxisVerdict::Unstable { message, .. } => format!("  {:<7} {message}", a.axis),
+    }
+}
+
+/// `, confirmed 2/2`: how many runs of each side agreed; where the last fit ran once, far below
+/// the ceiling, the first OOM's runs and a word on it.
+fn confirmed_runs(a: &AxisSearch, last_fit: &Probe) -> String {
+    match a.settled_fit {
+        true => {
+            let n = a.confirmations + 1;
+            format!(
+                ", confirmed {n}/{n} ({} ran once: far below the ceiling)",
+                last_fit.label
+            )
+        }
+        false => {
+            let n = a.confirmations / 2 + 1;
+            format!(", confirmed {n}/{n}")
+        }
     }
 }
 
@@ -398,6 +415,7 @@ fn boundary_json(d: &Diagnosis, a: &AxisSearch) -> Value {
         "message": message,
         "trials": a.trials,
         "confirmations": a.confirmations,
+        "last_fit_ran_once": a.settled_fit,
         "plain_bisection_trials": a.plain_bisection,
     })
 }
@@ -489,7 +507,41 @@ fn swapped_ids(c: &oom_search::Candidate, cx: &Context<'_>) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    use oom_search::{AxisSearch, AxisVerdict, Probe};
     use oom_search::{Candidate, Diagnosis, Measurement, ModuleCost, Outcome};
+
+    /// Runs of each side that agreed: both sides re-run, or only the first OOM where the last fit
+    /// ran once far below the ceiling.
+    #[test]
+    fn a_confirmation_counts_the_runs_of_each_side() {
+        let probe = |label: &str, outcome| Probe {
+            index: 0,
+            label: label.into(),
+            candidate: Candidate::original(),
+            measurement: Measurement::new(outcome),
+        };
+        let search = |confirmations, settled_fit| AxisSearch {
+            axis: "batch".into(),
+            verdict: AxisVerdict::Boundary {
+                last_fit: probe("2", Outcome::Fits),
+                first_oom: probe("3", Outcome::Oom),
+                confirmed: true,
+            },
+            trials: 5,
+            confirmations,
+            settled_fit,
+            plain_bisection: 4,
+        };
+        let fit = probe("2", Outcome::Fits);
+        assert_eq!(
+            super::confirmed_runs(&search(2, false), &fit),
+            ", confirmed 2/2"
+        );
+        assert_eq!(
+            super::confirmed_runs(&search(2, true), &fit),
+            ", confirmed 3/3 (2 ran once: far below the ceiling)"
+        );
+    }
 
     fn cost(label: &str, outcome: Outcome, peak_gib: u64) -> ModuleCost {
         let mut measurement = Measurement::new(outcome);

@@ -120,14 +120,13 @@ pub fn bisect_axis(
         let verdict = search.gap(last_fit, first_oom, &skipped);
         return search.done(s, verdict, 0);
     }
-    let fit_runs = match search.settled(&last_fit) {
-        true => 0,
-        false => opts.confirm_runs,
-    };
-    let verdict = search.confirm(s, last_fit, first_oom, fit_runs, opts.confirm_runs);
+    let runs = opts.confirm_runs;
+    let settled = runs > 0 && search.settled(&last_fit);
+    let verdict = search.confirm(s, last_fit, first_oom, !settled, runs);
+    let sides = if settled { 1 } else { 2 };
     AxisSearch {
-        settled_fit: fit_runs < opts.confirm_runs,
-        ..search.done(s, verdict, (fit_runs + opts.confirm_runs) as usize)
+        settled_fit: settled,
+        ..search.done(s, verdict, sides * runs as usize)
     }
 }
 
@@ -474,27 +473,27 @@ impl Search<'_> {
         }
     }
 
-    /// Re-runs the last fit `fit_runs` times and the first OOM `runs` times, alternating so that
-    /// a drift over time shows on both.
+    /// Re-runs the first OOM, and the last fit where `rerun_fit`, `runs` times each, alternating
+    /// so that a drift over time shows on both.
     fn confirm(
         &self,
         s: &mut Session<'_>,
         last_fit: Probe,
         first_oom: Probe,
-        fit_runs: u32,
+        rerun_fit: bool,
         runs: u32,
     ) -> AxisVerdict {
         let purpose = Purpose::Confirm {
             axis: self.axis.name.clone(),
         };
         let (mut fit_again, mut oom_again) = (vec![], vec![]);
-        let sides = match fit_runs {
-            0 => vec![first_oom.candidate.clone()],
-            _ => vec![last_fit.candidate.clone(), first_oom.candidate.clone()],
+        let sides = match rerun_fit {
+            true => vec![last_fit.candidate.clone(), first_oom.candidate.clone()],
+            false => vec![first_oom.candidate.clone()],
         };
         s.expect_reruns(&sides, runs);
-        for r in 0..runs {
-            if r < fit_runs {
+        for _ in 0..runs {
+            if rerun_fit {
                 fit_again.push(s.rerun(&last_fit.candidate, purpose.clone()).outcome);
             }
             oom_again.push(s.rerun(&first_oom.candidate, purpose.clone()).outcome);

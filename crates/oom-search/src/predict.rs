@@ -55,8 +55,9 @@ fn line(points: &[(f64, f64)], base: Option<f64>) -> Option<(f64, f64, f64)> {
 /// context; what the device held beyond the live tensors at the largest fit is taken off the ceiling.
 ///
 /// The policy: probe the predicted last fit; if the prediction was right, its neighbour closes the
-/// interval (where the prediction is the measured bottom, its neighbour is the first probe). Where the neighbour has the same outcome the prediction was off, and the probes gallop
-/// from it, each twice as far as the one before, until the outcome turns (the device's slack grows
+/// interval (where the prediction is the measured bottom, its neighbour is the first probe). Where
+/// the neighbour has the same outcome the prediction was off, and the probes gallop from it, each
+/// twice as far as the one before, until the outcome turns (the device's slack grows
 /// with the batch, so a line through small fits overshoots by a few steps, not by half the axis);
 /// plain bisection then halves the bracket the last two probes left.
 /// A predicted value that fits far below the ceiling predicts once more from the points it added.

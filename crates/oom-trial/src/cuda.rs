@@ -262,6 +262,10 @@ impl CudaCeiling {
     /// Why a reading of `used` bytes is past the ceiling although no page was refused, with what
     /// the process held then (`None` when it is within the ceiling).
     pub fn past(&self, used: u64) -> Option<String> {
+        // Every reading asks: the pools and the driver only once past the ceiling.
+        if used <= self.ceiling_bytes {
+            return None;
+        }
         let pools = self.capped.then(|| {
             let held = cubecl_runtime::memory_management::oom_bisect::DEVICE_POOLS.held();
             (held, mempool_spare())

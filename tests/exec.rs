@@ -347,3 +347,138 @@ fn only_a_command_holds_its_own_ceiling() {
     let cpu = run_exec(&d, &args("command"), &trainer(), &[]);
     assert_eq!(code(&cpu), 0, "{}", text(&cpu));
 }
+
+/// `bisect --serve` of the toy config on batch under 80 MiB, `--jobs jobs`, with `TOY_MODE=mode`:
+/// the output, the JSON, and the pid of each served trial (one line a trial).
+fn served_bisect(name: &str, mode: &str, jobs: &str) -> (Output, Value, Vec<String>) {
+    let d = tmp(name);
+    let cfg = write(&d, "toy.toml", TOY);
+    let (j, pids, journal) = (d.join("r.json"), d.join("served"), d.join("j"));
+    let args = [
+        "bisect",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--memory-limit",
+        "83886080",
+        "--axes",
+        "batch",
+        "--jobs",
+        jobs,
+        "--serve",
+        "-q",
+        "--fresh",
+        "--journal",
+        journal.to_str().unwrap(),
+        "--json",
+        j.to_str().unwrap(),
+    ];
+    let env = [("TOY_MODE", mode), ("TOY_SERVED", pids.to_str().unwrap())];
+    let o = run_exec(&d, &args, &trainer(), &env);
+    let served = std::fs::read_to_string(&pids).unwrap_or_default();
+    let served = served.lines().map(str::to_string).collect();
+    (o, json_if_written(&j), served)
+}
+
+/// The batch boundary of a report: (last fit, first OOM) as `data.batch=N`.
+fn batch_boundary(r: &Value) -> (String, String) {
+    let b = r["boundaries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["axis"] == "batch" && b["capacity"] == false)
+        .expect("a batch boundary");
+    let value = |p: &Value| p["candidate"][0].as_str().unwrap().to_string();
+    (value(&b["last_fit"]), value(&b["first_oom"]))
+}
+
+/// A served command answers several trials in one process, and the boundary it finds is the one
+/// of a command started for every trial; the confirmations ran in fresh processes (not served).
+#[test]
+fn a_served_command_answers_trials_in_one_process_and_confirms_in_fresh_ones() {
+    let (o, r, served) = served_bisect("served", "", "1");
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let d = tmp("served-need");
+    let fits = (1..=8)
+        .filter(|b| need_at(&d, *b) <= 80 << 20)
+        .max()
+        .unwrap();
+    let want = (
+        format!("data.batch={fits}"),
+        format!("data.batch={}", fits + 1),
+    );
+    assert_eq!(batch_boundary(&r), want);
+    let list = r["trials"]["list"].as_array().unwrap();
+    let first_runs = list.iter().filter(|t| t["attempt"] == 0).count();
+    let reruns = list.len() - first_runs;
+    assert!(reruns >= 2, "a confirmation of both sides: {reruns}");
+    assert_eq!(
+        served.len(),
+        first_runs,
+        "every first run served, no re-run: {served:?}"
+    );
+    let mut pids = served.clone();
+    pids.dedup();
+    // One worker: the re-runs in between stop the served process, the next trial starts another.
+    assert!(
+        pids.len() < served.len(),
+        "one process served several: {served:?}"
+    );
+}
+
+/// A served command that dies in the trial after an out-of-memory (without a word) is an error,
+/// never that earlier out-of-memory again; the retry, in a fresh process, measures it, so the
+/// boundary is still the command's own.
+#[test]
+fn a_served_command_dying_after_an_oom_is_an_error_not_that_oom() {
+    let (o, r, _) = served_bisect("served-dies", "die-after-oom", "1");
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let list = r["trials"]["list"].as_array().unwrap();
+    let gave_up: Vec<&Value> = list
+        .iter()
+        .filter(|t| {
+            t["measurement"]["note"]
+                .as_str()
+                .unwrap_or("")
+                .contains("giving up")
+        })
+        .collect();
+    assert!(!gave_up.is_empty(), "{}", r["trials"]);
+    for t in gave_up {
+        assert_eq!(t["measurement"]["outcome"], "inconclusive", "{t}");
+    }
+    let d = tmp("served-dies-need");
+    let fits = (1..=8)
+        .filter(|b| need_at(&d, *b) <= 80 << 20)
+        .max()
+        .unwrap();
+    assert_eq!(batch_boundary(&r).0, format!("data.batch={fits}"));
+}
+
+/// `trial --serve` hands the command its one trial as a served one (a check of the command's side
+/// of the protocol): a fit, and an out-of-memory told by the message of its `trial_done`.
+#[test]
+fn a_served_trial_is_classified_from_its_trial_done() {
+    for (limit, want, code_want) in [("200MiB", "fits", 0), ("100MiB", "oom", 3)] {
+        let d = tmp(&format!("served-trial-{want}"));
+        let cfg = write(&d, "toy.toml", TOY);
+        let (j, pids) = (d.join("t.json"), d.join("served"));
+        let args = [
+            "trial",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--memory-limit",
+            limit,
+        ];
+        let args = [&args[..], &["--serve", "--json", j.to_str().unwrap()]].concat();
+        let o = run_exec(
+            &d,
+            &args,
+            &trainer(),
+            &[("TOY_SERVED", pids.to_str().unwrap())],
+        );
+        assert_eq!(code(&o), code_want, "{}", text(&o));
+        assert_eq!(json(&j)["outcome"], want, "{}", text(&o));
+        let served = std::fs::read_to_string(&pids).unwrap_or_default();
+        assert_eq!(served.lines().count(), 1, "served once: {served:?}");
+    }
+}

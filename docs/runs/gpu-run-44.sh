@@ -11,18 +11,25 @@
 # Make run 43's build first, here:
 #   git worktree add /tmp/old f6973fd && (cd /tmp/old && cargo build --release) &&
 #   gzip -9 -c /tmp/old/target/release/oom-bisect > .gpu/oom-bisect-old.gz
-# and this build as .gpu/oom-bisect.gz; carry [".gpu"]. About 560 s; results: $OUT/run44.tar.gz.
+# and this build as .gpu/oom-bisect.gz; carry [".gpu"]. Two calls on one warm machine (a call may
+# run 600 s): PART=a (the cold forum and one warm pair, about 350 s), then PART=b (the second warm
+# pair and the capacity, about 260 s); results: $OUT/run44.tar.gz (PART=b's holds both).
 RUN=run44
 . docs/runs/prelude.sh
 CAPACITY="--config $R50 --set model.output_stride=16 --memory-limit 24GiB --axes batch"
-bench_with forum-new-cold 200 $B --ceiling-by cap --config $FORUM
-for k in 1 2; do
-  bench_with forum-new-warm-$k 120 $B --ceiling-by cap --config $FORUM
-  bench_with forum-old-warm-$k 120 $B-old --ceiling-by cap --config $FORUM
-done
-for k in 1 2; do
-  bench_with cap-new-$k 40 $B --ceiling-by cap $CAPACITY
-  bench_with cap-old-$k 40 $B-old --ceiling-by cap $CAPACITY
-done
+warm_pair() { # K: this build's forum and run 43's, warm, one after the other
+  bench_with forum-new-warm-$1 120 $B --ceiling-by cap --config $FORUM
+  bench_with forum-old-warm-$1 120 $B-old --ceiling-by cap --config $FORUM
+}
+if [ "${PART:-a}" = a ]; then
+  bench_with forum-new-cold 200 $B --ceiling-by cap --config $FORUM
+  warm_pair 1
+else
+  warm_pair 2
+  for k in 1 2; do
+    bench_with cap-new-$k 40 $B --ceiling-by cap $CAPACITY
+    bench_with cap-old-$k 40 $B-old --ceiling-by cap $CAPACITY
+  done
+fi
 grep -h "more than its ceiling" $R/*.progress.txt | head -5 | tee -a $R/log.txt
 finish

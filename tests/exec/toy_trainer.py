@@ -11,7 +11,11 @@ axis, which is all a test of the search and the protocol needs.
 `--need` prints the need in bytes and stops (the tests' brute force). $TOY_MODE picks a failure:
 error (a ValueError), tf (TensorFlow's OOM text), oom-exit0 (an OOM message, then exit 0), sleep
 (hangs, with a grandchild; pids in $TOY_PIDFILE), killed (SIGKILL by itself), own-peak (prints its
-own peak figure).
+own peak figure), die-after-oom (served: the trial after an out-of-memory ends the process without a
+word).
+
+With $OOM_BISECT_SERVE=1 (oom-bisect's `--serve`) it serves trials: one `{"config": PATH}` line on
+stdin per trial, each ended by a `trial_done` line; its pid goes to $TOY_SERVED (one line a trial).
 """
 
 import json
@@ -59,16 +63,12 @@ def say(**figures):
     print(json.dumps({"oom_bisect": figures}), flush=True)
 
 
-def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    path = args[0] if args else os.environ["OOM_BISECT_CONFIG"]
+def trial(path, mode):
+    """One trial of the config at `path`: None where it fits, else its failure's message (the
+    last line of PyTorch's traceback, or TensorFlow's)."""
     with open(path, "rb") as f:
         c = tomllib.load(f)
     n = need(c)
-    if "--need" in sys.argv:
-        print(n)
-        return 0
-    mode = os.environ.get("TOY_MODE", "")
     limit = int(os.environ.get("OOM_BISECT_MEMORY_LIMIT", 1 << 62))
     print(f"toy: need {n} bytes, limit {limit}")
     say(stage="setup", step=1)
@@ -84,16 +84,16 @@ def main():
     say(stage="backbone.layer4", step=1, phase="forward")
     if n > limit:
         if mode == "tf":
-            print("tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when "
-                  "allocating tensor with shape[8,256,64,64]", file=sys.stderr)
+            message = ("tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when "
+                       "allocating tensor with shape[8,256,64,64]")
         else:
-            print("Traceback (most recent call last):\n  File \"train.py\", line 1, in <module>\n"
-                  f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {(n - limit) / MIB:.2f} MiB. "
-                  f"Including non-PyTorch memory, this process has {limit / MIB:.2f} MiB memory in use.",
+            print("Traceback (most recent call last):\n  File \"train.py\", line 1, in <module>",
                   file=sys.stderr)
-        if mode == "oom-exit0":
-            return 0
-        return 1
+            message = (f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+                       f"{(n - limit) / MIB:.2f} MiB. Including non-PyTorch memory, this process "
+                       f"has {limit / MIB:.2f} MiB memory in use.")
+        print(message, file=sys.stderr)
+        return None if mode == "oom-exit0" else message
     held = bytearray(n)
     held[:: 4096] = b"\x01" * len(range(0, n, 4096))  # touch every page: resident, not just mapped
     say(stage="optimizer", step=1, phase="step")
@@ -101,7 +101,39 @@ def main():
         say(peak_bytes=n)
     print(f"toy: step 1 loss {0.5:.3f}")
     say(step_done=1, loss=0.5, in_use_bytes=state_of(c))
+    return None
+
+
+def serve(mode):
+    """Trials one after another in this process, as `--serve` hands them over."""
+    failed_before = False
+    for line in sys.stdin:
+        if "TOY_SERVED" in os.environ:
+            with open(os.environ["TOY_SERVED"], "a") as f:
+                f.write(f"{os.getpid()}\n")
+        if mode == "die-after-oom" and failed_before:
+            print("toy: giving up")
+            return 1
+        failure = trial(json.loads(line)["config"], mode)
+        failed_before = failure is not None
+        if failure is None:
+            say(trial_done="fits")
+        else:
+            say(trial_done="failed", message=failure)
     return 0
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    path = args[0] if args else os.environ["OOM_BISECT_CONFIG"]
+    if "--need" in sys.argv:
+        with open(path, "rb") as f:
+            print(need(tomllib.load(f)))
+        return 0
+    mode = os.environ.get("TOY_MODE", "")
+    if os.environ.get("OOM_BISECT_SERVE") == "1":
+        return serve(mode)
+    return 0 if trial(path, mode) is None else 1
 
 
 if __name__ == "__main__":

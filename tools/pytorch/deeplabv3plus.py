@@ -11,6 +11,8 @@ config path may also come from $OOM_BISECT_CONFIG): oom-bisect holds the memory 
 `--ceiling-by command`, this script holds $OOM_BISECT_MEMORY_LIMIT itself, as `--cap` does), and it
 prints `{"oom_bisect": {"stage": …, "step": …, "in_use_bytes": …}}` at every stage, so that an
 out-of-memory is placed where it happened; the peak is oom-bisect's own reading of the device.
+Under `--serve` ($OOM_BISECT_SERVE=1) it answers trial after trial in one process: one
+`{"config": PATH}` line on stdin each, ended by a `trial_done` line.
 
 Prints one JSON line per step with PyTorch's own counters (`max_memory_allocated`,
 `max_memory_reserved`, reset before the run) and, at the end, a summary line. With `--memory-limit`,
@@ -28,6 +30,7 @@ script cannot honour, or a bad argument; anything else is an error.
 
 import argparse
 import ctypes
+import gc
 import json
 import math
 import os
@@ -602,8 +605,55 @@ def hold_ceiling(args):
     return None, 0
 
 
+def attempt(c, args):
+    """One run of `c`: None where its steps ran, else why not, as (exit code, the message a
+    traceback's last line would give)."""
+    try:
+        train(c, args)
+    except Unsupported as e:
+        return EXIT_UNSUPPORTED, f"deeplabv3plus.py: {e}"
+    except torch.OutOfMemoryError as e:
+        # PyTorch's own message, as the last line of a traceback would give it: oom-bisect reads it.
+        first = str(e).splitlines()[0]
+        emit(oom=first)
+        return EXIT_OOM, f"torch.OutOfMemoryError: {first}"
+    except ValueError as e:
+        if "Expected more than 1 value per channel" in str(e):
+            emit(refused=str(e))
+            return EXIT_REFUSED, f"deeplabv3plus.py: PyTorch refuses this configuration: {e}"
+        raise
+    return None
+
+
+def serve(args):
+    """oom-bisect's `--serve`: trials one after another in this process, under the ceiling held
+    once. After each, every tensor it made is freed and the caching allocator gives its blocks
+    back (empty_cache), so that the next starts from the context alone, as a fresh process would;
+    what stays is what a process keeps (kernels loaded, cuBLAS workspaces): oom-bisect re-runs
+    each boundary's sides in fresh processes."""
+    hold, args.ballast = hold_ceiling(args)
+    args.limit_bytes = limit_bytes(args)
+    for line in sys.stdin:
+        try:
+            failed = attempt(load(json.loads(line)["config"], args.set), args)
+        except (Unsupported, KeyError, tomllib.TOMLDecodeError) as e:
+            failed = EXIT_UNSUPPORTED, f"deeplabv3plus.py: {e}"
+        gc.collect()
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+        if failed is None:
+            say({"trial_done": "fits"})
+        else:
+            print(failed[1], file=sys.stderr, flush=True)
+            say({"trial_done": "failed", "message": failed[1]})
+    del hold
+    return 0
+
+
 def main():
     args = arguments()
+    if args.marks and os.environ.get("OOM_BISECT_SERVE") == "1":
+        return serve(args)
     try:
         c = load(args.config, args.set)
         if args.modules:
@@ -614,23 +664,10 @@ def main():
         return EXIT_UNSUPPORTED
     hold, args.ballast = hold_ceiling(args)
     args.limit_bytes = limit_bytes(args)
-    try:
-        train(c, args)
-    except Unsupported as e:
-        print(f"deeplabv3plus.py: {e}", file=sys.stderr)
-        return EXIT_UNSUPPORTED
-    except torch.OutOfMemoryError as e:
-        # PyTorch's own message, as the last line of a traceback would give it: oom-bisect reads it.
-        first = str(e).splitlines()[0]
-        print(f"torch.OutOfMemoryError: {first}", file=sys.stderr)
-        emit(oom=first)
-        return EXIT_OOM
-    except ValueError as e:
-        if "Expected more than 1 value per channel" in str(e):
-            print(f"deeplabv3plus.py: PyTorch refuses this configuration: {e}", file=sys.stderr)
-            emit(refused=str(e))
-            return EXIT_REFUSED
-        raise
+    failed = attempt(c, args)
+    if failed is not None:
+        print(failed[1], file=sys.stderr)
+        return failed[0]
     del hold
     return 0
 

@@ -103,6 +103,12 @@ pub struct DeviceArgs {
     /// is an OOM; anything else an error. See the README, "Your own training script"
     #[arg(long, value_name = "COMMAND", conflicts_with = "estimate")]
     pub exec: Option<String>,
+    /// With --exec: your command serves trials, one after another in one process per worker
+    /// (it reads `{"config": PATH}` lines on its stdin and ends each trial with a `trial_done`
+    /// line; README, "Served trials"), so that a trial does not pay its start; re-runs that
+    /// confirm a boundary still run in a fresh process
+    #[arg(long, requires = "exec")]
+    pub serve: bool,
     /// How a CUDA ceiling is held: `ballast` (the rest of the card is filled; one trial per GPU),
     /// `cap` (experimental: the allocator refuses past it and trials share a GPU, five 24 GiB
     /// ceilings on an H200; some boundaries differ, see docs/performance.md) or, with --exec,

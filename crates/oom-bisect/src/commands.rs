@@ -103,7 +103,7 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     let runner = runner(&st.device);
     progress.watch_compiling(runner.kernel_cache.as_deref());
     let pool = Pool::new(
-        dispatch.workers(&runner),
+        dispatch.workers(&runner, st.device.serve),
         progress.workers_view(&dispatch),
         crate::journal::journal_on_finish(Arc::clone(&journal)),
     );
@@ -306,6 +306,7 @@ fn report_run(run: &BisectRun) -> Result<i32> {
         estimate: st.device.engine == oom_trial::Engine::Estimate,
         confirm: (st.device.engine == oom_trial::Engine::Estimate).then(|| confirm(st, &sets)),
         exec: st.device.exec_command(),
+        served: st.device.serve,
         verbose: st.verbose,
         ceiling: run.ceiling,
         // Under --exec the trials are PyTorch's own: what fits there, PyTorch trained.
@@ -414,7 +415,12 @@ pub fn trial(args: &TrialArgs) -> Result<i32> {
     {
         tell!("oom-bisect: note: {why}");
     }
-    let r = runner(&device).run(&request(&w.config, &device, fault));
+    let req = request(&w.config, &device, fault);
+    // Served, the command gets its trial as a served one: a check of its side of the protocol.
+    let r = match device.serve {
+        true => oom_trial::ServedRunner::new(runner(&device)).run(&req),
+        false => runner(&device).run(&req),
+    };
     show!("{}", output::trial_table::trial_table(&r));
     if let Some(j) = &args.json {
         let v = serde_json::to_value(&r).expect("a trial report serialises");

@@ -17,7 +17,7 @@ use crate::cli::BisectArgs;
 use crate::exit_codes::{self as code, user};
 use crate::settings::DeviceSettings;
 use anyhow::Result;
-use oom_trial::{BackendKind, CeilingBy, ProcessRunner, Worker};
+use oom_trial::{BackendKind, CeilingBy, ProcessRunner, ServedRunner, Worker};
 
 /// One worker's place: its label and what its trials' processes get.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,15 +106,21 @@ impl Dispatch {
     }
 
     /// The pool's workers, each a process runner like `base` with this dispatch's place.
-    pub fn workers(&self, base: &ProcessRunner) -> Vec<Worker> {
+    /// One runner per slot; where the `--exec` command serves trials (`serve`), each keeps its
+    /// command between trials.
+    pub fn workers(&self, base: &ProcessRunner, serve: bool) -> Vec<Worker> {
         self.slots
             .iter()
             .map(|s| {
-                Box::new(ProcessRunner {
+                let runner = ProcessRunner {
                     launcher: self.launcher.clone(),
                     env: s.env.clone(),
                     ..base.clone()
-                }) as Worker
+                };
+                match serve {
+                    true => Box::new(ServedRunner::new(runner)) as Worker,
+                    false => Box::new(runner) as Worker,
+                }
             })
             .collect()
     }

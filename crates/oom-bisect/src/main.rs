@@ -115,10 +115,11 @@ fn asks_for_gpu_help() -> bool {
     split || args.iter().any(|a| a == "--gpu=help")
 }
 
-/// The child side of a trial: the request on stdin, the trial, its exit code.
+/// The child side of a trial: the request, one line on stdin, the trial, its exit code. A served
+/// `--exec` holder reads its later requests from the same stdin.
 fn child_trial() -> i32 {
     let mut request = String::new();
-    match std::io::Read::read_to_string(&mut std::io::stdin(), &mut request) {
+    match std::io::stdin().read_line(&mut request) {
         Ok(_) => oom_trial::child::main(&request),
         Err(e) => {
             tell!("oom-bisect __trial: cannot read the request: {e}");

@@ -24,6 +24,8 @@ pub fn request(config: &Config, device: &DeviceSettings, fault: Option<Fault>) -
         switches: device.switches.clone(),
         // The runner sets it: it is how the worker holds the ceiling, not what is measured.
         ceiling_by: Default::default(),
+        serve: false,
+        fresh: false,
     }
 }
 
@@ -115,6 +117,9 @@ impl TrialOracle<'_> {
             crate::candidate::resolve(self.base, candidate).map_err(|e| e.to_string())?;
         let mut key = config.canonical_key();
         let mut req = request(&config, self.device, None);
+        // A re-run (a confirmation, a retry after an error) runs in a fresh process, never in a
+        // served command that has run other trials.
+        req.fresh = attempt > 0;
         if candidate.unbounded {
             // Filed apart from the same config under the ceiling, which it must not answer.
             key += " without the ceiling";

@@ -70,6 +70,8 @@ pub struct DeviceSettings {
     pub switches: Switches,
     /// How a CUDA ceiling is held (`--ceiling-by`); it decides how many trials share a GPU.
     pub ceiling_by: CeilingBy,
+    /// The `--exec` command serves trials in one process per worker (`--serve`).
+    pub serve: bool,
     /// What the user should hear about how this was resolved (a fallback to the CPU, no ceiling).
     pub notes: Vec<String>,
 }
@@ -116,6 +118,7 @@ impl DeviceSettings {
             device_name,
             trial_timeout: Duration::from_secs(args.trial_timeout.max(1)),
             ceiling_by,
+            serve: args.serve,
             engine,
             switches,
             notes,
@@ -155,6 +158,9 @@ impl DeviceSettings {
                 parts.push(format!("--exec {}", crate::output::shell_word(command)))
             }
             Engine::Train => {}
+        }
+        if self.serve {
+            parts.push("--serve".into());
         }
         parts.join(" ")
     }

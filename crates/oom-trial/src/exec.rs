@@ -23,7 +23,7 @@ mod contain;
 mod watch;
 
 use crate::emit::{emit, since_start};
-use crate::lines::{read_lines, MAX_LINE};
+use crate::lines::{read_lines, Tail, MAX_LINE};
 use crate::protocol::{BackendKind, ChildEvent, Exited, Location, Request};
 use anyhow::{Context as _, Result};
 use config_file::ConfigFile;
@@ -33,7 +33,7 @@ use serde::Deserialize;
 use std::io::{BufWriter, PipeReader, Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
@@ -44,6 +44,11 @@ pub const LIMIT_ENV: &str = "OOM_BISECT_MEMORY_LIMIT";
 /// On CUDA, who holds that ceiling: `ballast` (oom-bisect: nothing for the command to do) or
 /// `command` (the command must keep to it itself).
 pub const HELD_BY_ENV: &str = "OOM_BISECT_CEILING_BY";
+/// `1` in the environment of a command that serves trials (`--serve`): it reads one
+/// `{"config": PATH}` line per trial on its stdin and ends each with a `trial_done` line.
+pub const SERVE_ENV: &str = "OOM_BISECT_SERVE";
+/// How much of a served command's output in one trial is kept for classification.
+const OUTPUT_TAIL: usize = 64 << 10;
 /// Replaced in the command by the config file's path, as one shell word.
 pub const CONFIG_PLACEHOLDER: &str = "{config}";
 /// How often memory is read while the command runs: device memory is one driver call; resident
@@ -73,6 +78,17 @@ pub struct Figures {
     /// instead of bisecting.
     pub step_done: Option<usize>,
     pub loss: Option<f64>,
+    /// A served command (`--serve`) finished the trial it was given: `fits`, or `failed` with
+    /// `message` (as a traceback's last line would give it: an out-of-memory is told by it, as for
+    /// a command that exits).
+    pub trial_done: Option<String>,
+    pub message: Option<String>,
+}
+
+/// A line of the command's output: its figures, or (served) any other line.
+enum Line {
+    Figures(Figures),
+    Other(String),
 }
 
 #[derive(Deserialize)]
@@ -95,66 +111,221 @@ pub fn command_line(command: &str, config: &Path) -> String {
     )
 }
 
-/// Runs the user's command as the trial (see the module documentation).
+/// Runs the user's command as the trial (see the module documentation); with `req.serve`, the
+/// command answers this request and every later one the holder reads ([`serve`]).
 pub fn run(req: &Request, command: &str) -> Result<()> {
     let file = ConfigFile::write(&req.config)?;
     let held = hold(req)?;
-    let mut contain = Containment::new();
-    let (mut child, output) = spawn(command, &file.path, &held, &contain)?;
-    let lines = read_figures(output);
-    let deadline = req
-        .timeout_seconds
-        .filter(|t| *t > 0.0)
-        .map(|t| Instant::now() + Duration::from_secs_f64(t));
-    let mut peak = Peak::default();
-    let mut now: Option<u64>;
-    let mut ticks = 0u32;
-    let status = loop {
-        now = held.now();
-        peak.sampled = peak.sampled.max(now);
-        lines.try_iter().for_each(|f| peak.take(f, now));
-        if ticks.is_multiple_of(10) {
-            contain.observe();
-        }
-        ticks += 1;
-        match child.try_wait().context("waiting for the command")? {
-            Some(s) => break Some(s),
-            None if deadline.is_some_and(|d| Instant::now() >= d) => break None,
-            None => std::thread::sleep(held.sample_every()),
-        }
-    };
-    // Whatever the command left running (a daemon, a `setsid` grandchild) dies now; then its
-    // last lines, which no process can hold back any longer.
-    contain.sweep();
-    let until = Instant::now() + LAST_LINES;
-    // Its last lines are placed at its last reading: it is gone now.
-    while let Ok(f) = lines.recv_timeout(until.saturating_duration_since(Instant::now())) {
-        peak.take(f, now);
+    let mut cmd = Watched::start(command, &file.path, held, req.serve)?;
+    if req.serve {
+        return serve(cmd, req, file);
     }
-    let (peak_bytes, peak_source) = peak.best(&held);
-    let unheld = held.unheld(peak.sampled);
-    let kills = contain.oom_kills();
-    emit(&ChildEvent::Exited(Exited {
-        code: status.and_then(|s| s.code()),
-        signal: status.and_then(|s| s.signal()),
-        oom_killer: kills.killed,
-        oom_kill_check: kills.how.map(str::to_string),
-        timed_out: status.is_none(),
-        peak_bytes,
-        peak_source,
-        unheld,
-    }));
+    cmd.held.emit_start();
+    let mut trial = Trial::default();
+    let end = cmd.watch(&mut trial, deadline(req))?;
+    cmd.ended(end, trial);
     Ok(())
+}
+
+/// `--serve`: the command, started once, answers trial after trial. Each request's config file
+/// goes to its stdin as `{"config": PATH}`; its `{"oom_bisect": {"trial_done": …}}` ends the trial
+/// (an `Exited` with `served`), and the holder reads the next request from its own stdin. A
+/// command that ends instead ends its trial as without `--serve`, and the holder with it.
+fn serve(mut cmd: Watched, first: &Request, mut file: ConfigFile) -> Result<()> {
+    let mut requests = std::io::stdin().lines();
+    let mut req = first.clone();
+    loop {
+        cmd.held.emit_start();
+        cmd.give(&file.path);
+        let mut trial = Trial::default();
+        match cmd.watch(&mut trial, deadline(&req))? {
+            End::Served(done) => cmd.served(done, trial),
+            end => {
+                cmd.ended(end, trial);
+                return Ok(());
+            }
+        }
+        drop(file);
+        let Some(line) = requests.next().transpose()? else {
+            break;
+        };
+        req = serde_json::from_str(&line).context("a bad request to a served holder")?;
+        // One holder holds one ceiling: the runner starts another for a different one.
+        anyhow::ensure!(
+            (req.backend, req.ceiling) == (first.backend, first.ceiling),
+            "a served holder was asked for another backend or ceiling"
+        );
+        crate::emit::restart_clock();
+        file = ConfigFile::write(&req.config)?;
+    }
+    cmd.close();
+    Ok(())
+}
+
+fn deadline(req: &Request) -> Option<Instant> {
+    req.timeout_seconds
+        .filter(|t| *t > 0.0)
+        .map(|t| Instant::now() + Duration::from_secs_f64(t))
+}
+
+/// The running command, with what watches it.
+struct Watched {
+    child: Child,
+    /// Its stdin, where it serves trials.
+    input: Option<ChildStdin>,
+    lines: Receiver<Line>,
+    held: Held,
+    contain: Containment,
+}
+
+/// One trial's readings.
+#[derive(Default)]
+struct Trial {
+    peak: Peak,
+    /// The last reading.
+    now: Option<u64>,
+    /// A served command's other lines in this trial (classified instead of the holder's stderr).
+    output: Option<Tail>,
+}
+
+/// How a trial of the command ended.
+enum End {
+    /// It said so and lives on (`--serve`).
+    Served(Figures),
+    /// It ended, or (`None`) was at the time limit.
+    Exited(Option<ExitStatus>),
+}
+
+impl Watched {
+    fn start(command: &str, config: &Path, held: Held, serve: bool) -> Result<Watched> {
+        let contain = Containment::new();
+        let (child, output) = spawn(command, config, &held, &contain, serve)?;
+        let mut child = child;
+        Ok(Watched {
+            input: child.stdin.take(),
+            lines: read_output(output, serve),
+            child,
+            held,
+            contain,
+        })
+    }
+
+    /// Samples memory and reads the command's lines until its trial ends.
+    fn watch(&mut self, trial: &mut Trial, deadline: Option<Instant>) -> Result<End> {
+        if self.input.is_some() {
+            trial.output = Some(Tail::new(OUTPUT_TAIL));
+        }
+        let mut ticks = 0u32;
+        loop {
+            trial.now = self.held.now();
+            trial.peak.sampled = trial.peak.sampled.max(trial.now);
+            while let Ok(line) = self.lines.try_recv() {
+                match line {
+                    Line::Figures(f) if f.trial_done.is_some() => return Ok(End::Served(f)),
+                    Line::Figures(f) => trial.peak.take(f, trial.now),
+                    Line::Other(l) => trial.output.iter_mut().for_each(|o| o.push(l.clone())),
+                }
+            }
+            if ticks.is_multiple_of(10) {
+                self.contain.observe();
+            }
+            ticks += 1;
+            match self.child.try_wait().context("waiting for the command")? {
+                Some(s) => return Ok(End::Exited(Some(s))),
+                None if deadline.is_some_and(|d| Instant::now() >= d) => {
+                    return Ok(End::Exited(None))
+                }
+                None => std::thread::sleep(self.held.sample_every()),
+            }
+        }
+    }
+
+    /// A served command's trial is over; the command lives on for the next.
+    fn served(&mut self, done: Figures, mut trial: Trial) {
+        let fits = done.trial_done.as_deref() == Some("fits");
+        let mut output = trial.output.take().unwrap_or_default();
+        if let Some(m) = done.message {
+            output.push(m);
+        }
+        let (peak_bytes, peak_source) = trial.peak.best(&self.held);
+        emit(&ChildEvent::Exited(Exited {
+            code: Some(if fits { 0 } else { 1 }),
+            peak_bytes,
+            peak_source,
+            unheld: self.held.unheld(trial.peak.sampled),
+            served: true,
+            output: Some(output.text()),
+            ..Exited::default()
+        }));
+    }
+
+    /// The command ended (or is stopped at the time limit): whatever it left running dies, its
+    /// last lines are read, and the holder says how it ended.
+    fn ended(mut self, end: End, mut trial: Trial) {
+        let status = match end {
+            End::Exited(s) => s,
+            End::Served(_) => unreachable!("a served trial's end is `served`"),
+        };
+        // Whatever the command left running (a daemon, a `setsid` grandchild) dies now; then its
+        // last lines, which no process can hold back any longer.
+        self.contain.sweep();
+        let until = Instant::now() + LAST_LINES;
+        // Its last lines are placed at its last reading: it is gone now.
+        while let Ok(line) = self
+            .lines
+            .recv_timeout(until.saturating_duration_since(Instant::now()))
+        {
+            match line {
+                Line::Figures(f) => trial.peak.take(f, trial.now),
+                Line::Other(l) => trial.output.iter_mut().for_each(|o| o.push(l.clone())),
+            }
+        }
+        let (peak_bytes, peak_source) = trial.peak.best(&self.held);
+        let kills = self.contain.oom_kills();
+        emit(&ChildEvent::Exited(Exited {
+            code: status.and_then(|s| s.code()),
+            signal: status.and_then(|s| s.signal()),
+            oom_killer: kills.killed,
+            oom_kill_check: kills.how.map(str::to_string),
+            timed_out: status.is_none(),
+            peak_bytes,
+            peak_source,
+            unheld: self.held.unheld(trial.peak.sampled),
+            served: false,
+            output: trial.output.map(|o| o.text()),
+        }));
+    }
+
+    /// Hands a served command its next trial. A command that is gone cannot read it; how it
+    /// ended tells the rest.
+    fn give(&mut self, config: &Path) {
+        if let Some(input) = &mut self.input {
+            let line = serde_json::json!({ "config": config }).to_string();
+            let _ = writeln!(input, "{line}").and_then(|()| input.flush());
+        }
+    }
+
+    /// No more trials: the served command hears the end of its input, gets a moment to leave, and
+    /// whatever is left is swept.
+    fn close(mut self) {
+        drop(self.input.take());
+        let until = Instant::now() + LAST_LINES;
+        while Instant::now() < until && matches!(self.child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.contain.sweep();
+    }
 }
 
 /// Starts the command through `sh -c`, stdout and stderr on one pipe of the holder's (so that
 /// nothing it leaves behind holds the parent's pipes, and its lines keep their order), in the
-/// command's own cgroup where there is one.
+/// command's own cgroup where there is one; a served command's stdin is a pipe for its trials.
 fn spawn(
     command: &str,
     config: &Path,
     held: &Held,
     contain: &Containment,
+    serve: bool,
 ) -> Result<(Child, PipeReader)> {
     let (read, write) = std::io::pipe().context("could not make a pipe for the command")?;
     let mut cmd = Command::new("/bin/sh");
@@ -162,9 +333,12 @@ fn spawn(
         .arg(command_line(command, config))
         .env(CONFIG_ENV, config)
         .envs(held.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
+        .stdin(if serve { Stdio::piped() } else { Stdio::null() })
         .stdout(write.try_clone().context("could not duplicate the pipe")?)
         .stderr(write);
+    if serve {
+        cmd.env(SERVE_ENV, "1");
+    }
     if let Some(fd) = contain.procs_fd() {
         // SAFETY: runs in the forked child before exec and calls only write(2), which is
         // async-signal-safe: "0" moves the writing process into the cgroup.
@@ -186,6 +360,8 @@ fn spawn(
 /// The ceiling in force, and how to read the command's memory.
 struct Held {
     backend: BackendKind,
+    /// What each trial's `Start` says (device, ceiling, context, total).
+    start: (String, u64, u64, u64),
     /// The command's extra environment: the ceiling, and on CUDA the device it is on.
     env: Vec<(String, String)>,
     reader: Reader,
@@ -204,6 +380,19 @@ enum Reader {
 }
 
 impl Held {
+    /// Says where the trial runs and under what ceiling (`Start`): once per trial.
+    fn emit_start(&self) {
+        let (device, ceiling_bytes, context_bytes, total_bytes) = self.start.clone();
+        emit(&ChildEvent::Start {
+            backend: self.backend,
+            device,
+            ceiling_bytes,
+            context_bytes,
+            total_bytes,
+            seconds: since_start(),
+        });
+    }
+
     /// The command's memory now: on CUDA its device memory, on the CPU the resident memory of its
     /// processes together.
     fn now(&self) -> Option<u64> {
@@ -282,22 +471,16 @@ fn group_resident() -> Option<u64> {
     Some(total)
 }
 
-/// Puts the ceiling in place and says so (`Start`).
+/// Puts the ceiling in place (each trial says so: [`Held::emit_start`]).
 fn hold(req: &Request) -> Result<Held> {
     match req.backend {
         BackendKind::Cpu => {
             let total = crate::host_total();
             let ceiling = (req.ceiling != crate::Ceiling::None).then(|| req.ceiling.bytes(total));
-            emit(&ChildEvent::Start {
-                backend: BackendKind::Cpu,
-                device: "cpu (your command; the ceiling is passed on, not enforced)".into(),
-                ceiling_bytes: ceiling.unwrap_or(total),
-                context_bytes: 0,
-                total_bytes: total,
-                seconds: since_start(),
-            });
+            let device = "cpu (your command; the ceiling is passed on, not enforced)".into();
             Ok(Held {
                 backend: BackendKind::Cpu,
+                start: (device, ceiling.unwrap_or(total), 0, total),
                 env: limit_env(ceiling),
                 reader: Reader::Resident,
             })
@@ -315,11 +498,11 @@ fn limit_env(ceiling: Option<u64>) -> Vec<(String, String)> {
 #[cfg(feature = "cuda")]
 fn hold_cuda(req: &Request) -> Result<Held> {
     use crate::cuda::{CudaCeiling, OwnContext};
-    let (ceiling_bytes, reader, held_by) = if req.ceiling_by == crate::CeilingBy::Command {
+    let (start, reader, held_by) = if req.ceiling_by == crate::CeilingBy::Command {
         let w = watch::Watch::start(req.ceiling)?;
         let device = format!("{} (your command, which holds its ceiling)", w.device_name);
-        emit_start(device, w.ceiling_bytes, 0, w.total_bytes);
-        (w.ceiling_bytes, Reader::Watch(w), "command")
+        let start = (device, w.ceiling_bytes, 0, w.total_bytes);
+        (start, Reader::Watch(w), "command")
     } else {
         // A command in a process of its own cannot be capped from here: ballast.
         let c = CudaCeiling::install(req.ceiling, OwnContext::Excluded, crate::CeilingBy::Ballast)?;
@@ -328,8 +511,8 @@ fn hold_cuda(req: &Request) -> Result<Held> {
             c.device_name,
             crate::fmt_bytes(c.context_bytes)
         );
-        emit_start(device, c.ceiling_bytes, c.context_bytes, c.total_bytes);
-        (c.ceiling_bytes, Reader::Ballast(c), "ballast")
+        let start = (device, c.ceiling_bytes, c.context_bytes, c.total_bytes);
+        (start, Reader::Ballast(c), "ballast")
     };
     // The command sees the one device the holder holds: the first of an inherited list.
     let visible = std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_default();
@@ -338,26 +521,15 @@ fn hold_cuda(req: &Request) -> Result<Held> {
         .next()
         .filter(|d| !d.is_empty())
         .unwrap_or("0");
-    let mut env = limit_env(Some(ceiling_bytes));
+    let mut env = limit_env(Some(start.1));
     env.push((HELD_BY_ENV.into(), held_by.into()));
     env.push(("CUDA_VISIBLE_DEVICES".into(), first.to_string()));
     Ok(Held {
         backend: BackendKind::Cuda,
+        start,
         env,
         reader,
     })
-}
-
-#[cfg(feature = "cuda")]
-fn emit_start(device: String, ceiling_bytes: u64, context_bytes: u64, total_bytes: u64) {
-    emit(&ChildEvent::Start {
-        backend: BackendKind::Cuda,
-        device,
-        ceiling_bytes,
-        context_bytes,
-        total_bytes,
-        seconds: since_start(),
-    });
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -436,8 +608,9 @@ const MAX_MARKS: usize = 10_000;
 
 /// Reads the command's output on a thread: its figures lines come back on the channel, every other
 /// line goes to stderr (where the parent reads out-of-memory messages and error tails), in blocks,
-/// lines cut and decoded lossily ([`crate::lines`]).
-fn read_figures<R: Read + Send + 'static>(out: R) -> Receiver<Figures> {
+/// lines cut and decoded lossily ([`crate::lines`]); a served command's other lines also come
+/// back (`others`), as each trial's output is classified on its own.
+fn read_output<R: Read + Send + 'static>(out: R, others: bool) -> Receiver<Line> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let stderr = std::io::stderr();
@@ -447,14 +620,21 @@ fn read_figures<R: Read + Send + 'static>(out: R) -> Receiver<Figures> {
             out,
             MAX_LINE,
             |line| match figures(&line) {
-                Some(f) if marks < MAX_MARKS => {
+                Some(f) if marks < MAX_MARKS || f.trial_done.is_some() => {
                     marks += usize::from(f.stage.is_some());
-                    let _ = tx.send(f);
+                    // The bound is per trial.
+                    if f.trial_done.is_some() {
+                        marks = 0;
+                    }
+                    let _ = tx.send(Line::Figures(f));
                 }
                 Some(_) => {}
                 // A parent that stopped reading costs the forwarded lines, never the trial.
                 None => {
                     let _ = writeln!(forward.borrow_mut(), "{line}");
+                    if others {
+                        let _ = tx.send(Line::Other(line));
+                    }
                 }
             },
             || {

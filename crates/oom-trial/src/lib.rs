@@ -20,6 +20,7 @@ pub mod outcome;
 pub mod pool;
 pub mod protocol;
 pub mod runner;
+pub mod served;
 pub mod switches;
 pub mod sync;
 
@@ -34,6 +35,7 @@ pub use runner::{
     install_interrupt_handler, kill_running_trials, parse_events, EstimateRunner, ProcessRunner,
     TrialRunner, MAX_RUNNING,
 };
+pub use served::ServedRunner;
 pub use switches::Switches;
 
 mod device;

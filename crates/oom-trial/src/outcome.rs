@@ -395,7 +395,8 @@ fn exec_verdict(r: &mut TrialReport, x: &Exited, at: Option<&Location>, stderr: 
         r.outcome = TrialOutcome::Fits;
         return;
     }
-    let output = command_output(stderr);
+    // A served command's output in this trial alone; the holder's stderr holds every trial's.
+    let output = command_output(x.output.as_deref().unwrap_or(stderr));
     if let (Some(m), MessageKind::AllocationFailure { bytes }) = classify_output(&output) {
         return set_oom(r, at, m, bytes);
     }
@@ -410,6 +411,9 @@ fn exec_verdict(r: &mut TrialReport, x: &Exited, at: Option<&Location>, stderr: 
 /// What a failed command's end says, with a hint where a kill cannot be told apart from the OOM
 /// killer's.
 fn exec_failure(x: &Exited) -> String {
+    if x.served {
+        return "the command said its trial failed (it serves trials: --serve)".into();
+    }
     match (x.signal, x.code) {
         (Some(s), _) if s == libc::SIGKILL && x.oom_kill_check.is_none() => format!(
             "the command was killed by signal {s} (SIGKILL); whether by the kernel's OOM killer \

@@ -438,6 +438,8 @@ mod tests {
             timeout_seconds: None,
             switches: Default::default(),
             ceiling_by: Default::default(),
+            serve: false,
+            fresh: false,
         }
     }
 

@@ -130,6 +130,14 @@ pub struct Request {
     /// How a CUDA ceiling is enforced (ignored on the CPU, where the allocator enforces it).
     #[serde(default)]
     pub ceiling_by: CeilingBy,
+    /// A `--exec --serve` holder, set by the runner: it keeps its command for the next request
+    /// on its stdin ([`crate::served`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub serve: bool,
+    /// A re-run (confirmation): measured in a process of its own, never by a served command that
+    /// has run other trials before, so that a confirmed boundary holds for a fresh start.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fresh: bool,
 }
 
 impl Ceiling {
@@ -275,6 +283,14 @@ pub struct Exited {
     /// a card of that size allows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unheld: Option<String>,
+    /// A served command (`--serve`) finished this trial and lives on for the next: `code` is 0
+    /// where it said the trial fitted, 1 where it said it failed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub served: bool,
+    /// A served command's output since this trial began, its failure message last: what is
+    /// classified, instead of the holder's stderr, which holds every trial's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
 }
 
 /// A float that may be NaN or infinite: JSON has no such numbers (serde_json writes `null`, which

@@ -32,14 +32,14 @@ pub trait TrialRunner {
 pub const INTERRUPTED: i32 = 130;
 
 /// Longest event line read from a child (a panic's message included).
-const EVENT_LINE: usize = 1 << 20;
+pub(crate) const EVENT_LINE: usize = 1 << 20;
 /// How much of a child's stderr is kept: its last lines, for classification and errors.
-const STDERR_TAIL: usize = 64 << 10;
+pub(crate) const STDERR_TAIL: usize = 64 << 10;
 /// How long a pipe may stay open after the trial's group was killed.
 const PIPE_GRACE: Duration = Duration::from_secs(2);
 /// A `--exec` holder enforces the time limit itself (it kills and sweeps what the command
 /// started, then says so); the parent kills the holder only this much later.
-const HOLDER_GRACE: Duration = Duration::from_secs(5);
+pub(crate) const HOLDER_GRACE: Duration = Duration::from_secs(5);
 
 /// Trials that may run at once (one per worker of a pool); more workers than this are refused.
 pub const MAX_RUNNING: usize = 256;
@@ -56,7 +56,7 @@ fn register_group(pg: i32) -> Option<usize> {
     })
 }
 
-fn unregister_group(slot: Option<usize>) {
+pub(crate) fn unregister_group(slot: Option<usize>) {
     if let Some(i) = slot {
         CHILD_GROUPS[i].store(0, Ordering::SeqCst);
     }
@@ -176,12 +176,8 @@ impl TrialRunner for ProcessRunner {
         };
         let pgid = child.id() as i32;
         if let Some(mut stdin) = child.stdin.take() {
-            let request = Request {
-                timeout_seconds: Some(self.timeout.as_secs_f64()),
-                ceiling_by: self.ceiling_by,
-                ..request.clone()
-            };
-            let line = serde_json::to_string(&request).expect("a request serialises");
+            let line =
+                serde_json::to_string(&self.holder_request(request)).expect("a request serialises");
             // A child that died at once cannot read it; how it ended tells the rest.
             let _ = stdin.write_all(line.as_bytes());
         }
@@ -204,9 +200,19 @@ impl TrialRunner for ProcessRunner {
 }
 
 impl ProcessRunner {
+    /// The request as this runner's child gets it: with its time limit and how it holds the
+    /// ceiling.
+    pub(crate) fn holder_request(&self, request: &Request) -> Request {
+        Request {
+            timeout_seconds: Some(self.timeout.as_secs_f64()),
+            ceiling_by: self.ceiling_by,
+            ..request.clone()
+        }
+    }
+
     /// Starts `__trial` in a new process group and records the group before any stop signal can be
     /// handled.
-    fn spawn(&self) -> std::io::Result<(Child, Option<usize>)> {
+    pub(crate) fn spawn(&self) -> std::io::Result<(Child, Option<usize>)> {
         let exe = std::env::current_exe()?;
         let mut cmd = match self.launcher.split_first() {
             Some((program, args)) => {
@@ -250,7 +256,13 @@ impl ProcessRunner {
 
     /// Waits for the child, killing its group at the time limit (a `--exec` holder's a little
     /// later: it stops its command itself).
-    fn wait(&self, child: &mut Child, pgid: i32, started: Instant, request: &Request) -> ChildExit {
+    pub(crate) fn wait(
+        &self,
+        child: &mut Child,
+        pgid: i32,
+        started: Instant,
+        request: &Request,
+    ) -> ChildExit {
         let limit = match request.engine {
             Engine::Exec { .. } => self.timeout + HOLDER_GRACE,
             _ => self.timeout,
@@ -327,6 +339,8 @@ mod tests {
             timeout_seconds: None,
             switches: Default::default(),
             ceiling_by: Default::default(),
+            serve: false,
+            fresh: false,
         }
     }
 

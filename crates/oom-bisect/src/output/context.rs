@@ -34,6 +34,8 @@ pub struct Context<'a> {
     pub confirm: Option<String>,
     /// `--exec`: the user's command that answered every trial.
     pub exec: Option<String>,
+    /// `--serve`: the command answered first runs in one process per worker.
+    pub served: bool,
     /// `--verbose`: developer detail (plain-bisection counts, 1-minimality).
     pub verbose: bool,
     /// What the user must know to read the results (printed under the header).

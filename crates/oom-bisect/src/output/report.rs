@@ -127,7 +127,13 @@ fn header(cx: &Context<'_>) -> String {
     // What answers the trials: the user's command, or the built-in model under its memory model.
     let answered_by = match &cx.exec {
         Some(command) => format!(
-            "every trial runs your command: {}",
+            "every trial runs your command{}: {}",
+            match cx.served {
+                true =>
+                    " (served: one process per worker answers first runs in turn; \
+                         re-runs start it afresh)",
+                false => "",
+            },
             super::one_line(command, 400)
         ),
         None => format!(

@@ -31,5 +31,5 @@ else
     bench_with cap-old-$k 40 $B-old --ceiling-by cap $CAPACITY
   done
 fi
-grep -h "more than its ceiling" $R/*.progress.txt | head -5 | tee -a $R/log.txt
+find $R -name "*.progress.txt" -exec grep -h "more than its ceiling" {} + | head -5 | tee -a $R/log.txt
 finish

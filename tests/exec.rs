@@ -240,21 +240,7 @@ fn a_diagnosis_through_a_command_finds_its_boundary_and_resumes() {
         text(&o)
     );
     let r = json(&j);
-    let batch = r["boundaries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|b| b["axis"] == "batch" && b["capacity"] == false)
-        .expect("a batch boundary")
-        .clone();
-    assert_eq!(batch["kind"], "boundary", "{batch}");
-    let fits = (1..=8).filter(|b| need_at(&d, *b) <= limit).max().unwrap();
-    let value = |p: &Value| p["candidate"][0].as_str().unwrap().to_string();
-    assert_eq!(value(&batch["last_fit"]), format!("data.batch={fits}"));
-    assert_eq!(
-        value(&batch["first_oom"]),
-        format!("data.batch={}", fits + 1)
-    );
+    assert_eq!(batch_boundary(&r), toy_boundary(&d, limit));
     let before = journal_lines(&journal);
     let o = run_exec(&d, &args, &trainer(), &[]);
     assert_eq!(code(&o), 0, "{}", text(&o));
@@ -387,8 +373,18 @@ fn batch_boundary(r: &Value) -> (String, String) {
         .iter()
         .find(|b| b["axis"] == "batch" && b["capacity"] == false)
         .expect("a batch boundary");
+    assert_eq!(b["kind"], "boundary", "{b}");
     let value = |p: &Value| p["candidate"][0].as_str().unwrap().to_string();
     (value(&b["last_fit"]), value(&b["first_oom"]))
+}
+
+/// The toy config's batch boundary under `limit`, from the toy's own need (brute force).
+fn toy_boundary(dir: &Path, limit: u64) -> (String, String) {
+    let fits = (1..=8).filter(|b| need_at(dir, *b) <= limit).max().unwrap();
+    (
+        format!("data.batch={fits}"),
+        format!("data.batch={}", fits + 1),
+    )
 }
 
 /// A served command answers several trials in one process, and the boundary it finds is the one
@@ -397,16 +393,10 @@ fn batch_boundary(r: &Value) -> (String, String) {
 fn a_served_command_answers_trials_in_one_process_and_confirms_in_fresh_ones() {
     let (o, r, served) = served_bisect("served", "", "1");
     assert_eq!(code(&o), 0, "{}", text(&o));
-    let d = tmp("served-need");
-    let fits = (1..=8)
-        .filter(|b| need_at(&d, *b) <= 80 << 20)
-        .max()
-        .unwrap();
-    let want = (
-        format!("data.batch={fits}"),
-        format!("data.batch={}", fits + 1),
+    assert_eq!(
+        batch_boundary(&r),
+        toy_boundary(&tmp("served-need"), 80 << 20)
     );
-    assert_eq!(batch_boundary(&r), want);
     let list = r["trials"]["list"].as_array().unwrap();
     let first_runs = list.iter().filter(|t| t["attempt"] == 0).count();
     let reruns = list.len() - first_runs;
@@ -446,12 +436,8 @@ fn a_served_command_dying_after_an_oom_is_an_error_not_that_oom() {
     for t in gave_up {
         assert_eq!(t["measurement"]["outcome"], "inconclusive", "{t}");
     }
-    let d = tmp("served-dies-need");
-    let fits = (1..=8)
-        .filter(|b| need_at(&d, *b) <= 80 << 20)
-        .max()
-        .unwrap();
-    assert_eq!(batch_boundary(&r).0, format!("data.batch={fits}"));
+    let want = toy_boundary(&tmp("served-dies-need"), 80 << 20);
+    assert_eq!(batch_boundary(&r), want);
 }
 
 /// `trial --serve` hands the command its one trial as a served one (a check of the command's side

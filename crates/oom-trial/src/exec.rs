@@ -188,6 +188,15 @@ struct Trial {
     output: Option<Tail>,
 }
 
+impl Trial {
+    /// A line of a served command's output in this trial.
+    fn other(&mut self, line: String) {
+        if let Some(o) = &mut self.output {
+            o.push(line);
+        }
+    }
+}
+
 /// How a trial of the command ended.
 enum End {
     /// It said so and lives on (`--serve`).
@@ -199,8 +208,7 @@ enum End {
 impl Watched {
     fn start(command: &str, config: &Path, held: Held, serve: bool) -> Result<Watched> {
         let contain = Containment::new();
-        let (child, output) = spawn(command, config, &held, &contain, serve)?;
-        let mut child = child;
+        let (mut child, output) = spawn(command, config, &held, &contain, serve)?;
         Ok(Watched {
             input: child.stdin.take(),
             lines: read_output(output, serve),
@@ -223,7 +231,7 @@ impl Watched {
                 match line {
                     Line::Figures(f) if f.trial_done.is_some() => return Ok(End::Served(f)),
                     Line::Figures(f) => trial.peak.take(f, trial.now),
-                    Line::Other(l) => trial.output.iter_mut().for_each(|o| o.push(l.clone())),
+                    Line::Other(l) => trial.other(l),
                 }
             }
             if ticks.is_multiple_of(10) {
@@ -277,7 +285,7 @@ impl Watched {
         {
             match line {
                 Line::Figures(f) => trial.peak.take(f, trial.now),
-                Line::Other(l) => trial.output.iter_mut().for_each(|o| o.push(l.clone())),
+                Line::Other(l) => trial.other(l),
             }
         }
         let (peak_bytes, peak_source) = trial.peak.best(&self.held);

@@ -297,10 +297,12 @@ impl ProcessRunner {
 
 /// Parses the child's stdout: one event per line; other lines are ignored (a library may print).
 pub fn parse_events(stdout: &str) -> Vec<ChildEvent> {
-    stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str::<ChildEvent>(l.trim()).ok())
-        .collect()
+    stdout.lines().filter_map(parse_event).collect()
+}
+
+/// One line of the child's stdout as an event, if it is one.
+pub(crate) fn parse_event(line: &str) -> Option<ChildEvent> {
+    serde_json::from_str(line.trim()).ok()
 }
 
 /// The model's memory estimate as a trial, in this process: the events the estimate engine would

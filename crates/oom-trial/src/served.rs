@@ -1,6 +1,7 @@
 //! `--exec --serve`: one command answers a worker's trials one after another, so that a trial no
 //! longer pays the command's start (for PyTorch: the interpreter, `import torch`, the CUDA
-//! context; 8–13 s of a 10–15 s trial on an H200).
+//! context): on an H200 a trial in a new process took 8.8–13.2 s, a served one 0.7–1.5 s (GPU run
+//! 45).
 //!
 //! [`ServedRunner`] keeps one `__trial` holder per worker alive between trials and hands it each
 //! request as a line on its stdin; the holder hands the command the trial's config file and reads
@@ -15,7 +16,9 @@
 use crate::lines::{read_lines, Drain, MAX_LINE};
 use crate::outcome::{assemble, ChildExit, TrialReport};
 use crate::protocol::{BackendKind, Ceiling, ChildEvent, Request};
-use crate::runner::{unregister_group, ProcessRunner, TrialRunner, EVENT_LINE, STDERR_TAIL};
+use crate::runner::{
+    parse_event, unregister_group, ProcessRunner, TrialRunner, EVENT_LINE, STDERR_TAIL,
+};
 use crate::sync::lock;
 use std::io::Write;
 use std::process::{Child, ChildStdin};
@@ -145,7 +148,7 @@ impl Holder {
                 .recv_timeout(until.saturating_duration_since(Instant::now()))
             {
                 Ok(line) => {
-                    let Ok(e) = serde_json::from_str::<ChildEvent>(line.trim()) else {
+                    let Some(e) = parse_event(&line) else {
                         continue;
                     };
                     let last = matches!(e, ChildEvent::Exited(_));
@@ -178,7 +181,7 @@ impl Holder {
                 .recv_timeout(until.saturating_duration_since(Instant::now()))
                 .ok()
         })
-        .filter_map(|l| serde_json::from_str::<ChildEvent>(l.trim()).ok())
+        .filter_map(|l| parse_event(&l))
         .collect();
         (exit, more, self.stderr.take(until))
     }

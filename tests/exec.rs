@@ -334,9 +334,19 @@ fn only_a_command_holds_its_own_ceiling() {
     assert_eq!(code(&cpu), 0, "{}", text(&cpu));
 }
 
-/// `bisect --serve` of the toy config on batch under 80 MiB, `--jobs jobs`, with `TOY_MODE=mode`:
-/// the output, the JSON, and the pid of each served trial (one line a trial).
-fn served_bisect(name: &str, mode: &str, jobs: &str) -> (Output, Value, Vec<String>) {
+/// One served trial, as the toy trainer writes it: the process, how many trials it has served
+/// (this one included), the batch.
+type ServedTrial = (String, usize, usize);
+
+/// `bisect --serve` of the toy config on batch under 80 MiB, `--jobs jobs`, with `TOY_MODE=mode`
+/// and `OOM_BISECT_SPARES=spares`: the output, the JSON, and the served trials in the order they
+/// ran.
+fn served_bisect(
+    name: &str,
+    mode: &str,
+    jobs: &str,
+    spares: &str,
+) -> (Output, Value, Vec<ServedTrial>) {
     let d = tmp(name);
     let cfg = write(&d, "toy.toml", TOY);
     let (j, pids, journal) = (d.join("r.json"), d.join("served"), d.join("j"));
@@ -358,10 +368,24 @@ fn served_bisect(name: &str, mode: &str, jobs: &str) -> (Output, Value, Vec<Stri
         "--json",
         j.to_str().unwrap(),
     ];
-    let env = [("TOY_MODE", mode), ("TOY_SERVED", pids.to_str().unwrap())];
+    let env = [
+        ("TOY_MODE", mode),
+        ("TOY_SERVED", pids.to_str().unwrap()),
+        ("OOM_BISECT_SPARES", spares),
+    ];
     let o = run_exec(&d, &args, &trainer(), &env);
     let served = std::fs::read_to_string(&pids).unwrap_or_default();
-    let served = served.lines().map(str::to_string).collect();
+    let served = served
+        .lines()
+        .map(|l| {
+            let w: Vec<&str> = l.split(' ').collect();
+            (
+                w[0].to_string(),
+                w[1].parse().unwrap(),
+                w[2].parse().unwrap(),
+            )
+        })
+        .collect();
     (o, json_if_written(&j), served)
 }
 
@@ -391,7 +415,7 @@ fn toy_boundary(dir: &Path, limit: u64) -> (String, String) {
 /// of a command started for every trial; the confirmations ran in fresh processes (not served).
 #[test]
 fn a_served_command_answers_trials_in_one_process_and_confirms_in_fresh_ones() {
-    let (o, r, served) = served_bisect("served", "", "1");
+    let (o, r, served) = served_bisect("served", "", "1", "off");
     assert_eq!(code(&o), 0, "{}", text(&o));
     assert_eq!(
         batch_boundary(&r),
@@ -406,12 +430,39 @@ fn a_served_command_answers_trials_in_one_process_and_confirms_in_fresh_ones() {
         first_runs,
         "every first run served, no re-run: {served:?}"
     );
-    let mut pids = served.clone();
-    pids.dedup();
     // One worker: the re-runs in between stop the served process, the next trial starts another.
     assert!(
-        pids.len() < served.len(),
+        served.iter().any(|(_, n, _)| *n > 1),
         "one process served several: {served:?}"
+    );
+}
+
+/// Where a served worker keeps a spare (a command started ahead that has run no trial), every
+/// re-run is its command's first trial, as in a process of its own, but served; the boundary is
+/// the command's own.
+#[test]
+fn a_spare_answers_each_rerun_as_its_first_trial() {
+    let (o, r, served) = served_bisect("served-spares", "", "1", "on");
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    assert_eq!(
+        batch_boundary(&r),
+        toy_boundary(&tmp("served-spares-need"), 80 << 20)
+    );
+    let list = r["trials"]["list"].as_array().unwrap();
+    let reruns = list.iter().filter(|t| t["attempt"] != 0).count();
+    assert!(reruns >= 2, "a confirmation of both sides: {reruns}");
+    assert_eq!(served.len(), list.len(), "every trial served: {served:?}");
+    // One worker runs them in turn: a batch's later runs are re-runs, each a command's first.
+    for (i, (_, n, batch)) in served.iter().enumerate() {
+        let again = served[..i].iter().any(|(_, _, b)| b == batch);
+        assert!(
+            !again || *n == 1,
+            "re-run {i} of {batch} not fresh: {served:?}"
+        );
+    }
+    assert!(
+        served.iter().any(|(_, n, _)| *n > 1),
+        "first runs served in one process: {served:?}"
     );
 }
 
@@ -420,7 +471,7 @@ fn a_served_command_answers_trials_in_one_process_and_confirms_in_fresh_ones() {
 /// boundary is still the command's own.
 #[test]
 fn a_served_command_dying_after_an_oom_is_an_error_not_that_oom() {
-    let (o, r, _) = served_bisect("served-dies", "die-after-oom", "1");
+    let (o, r, _) = served_bisect("served-dies", "die-after-oom", "1", "off");
     assert_eq!(code(&o), 0, "{}", text(&o));
     let list = r["trials"]["list"].as_array().unwrap();
     let gave_up: Vec<&Value> = list

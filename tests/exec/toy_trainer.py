@@ -15,7 +15,8 @@ own peak figure), die-after-oom (served: the trial after an out-of-memory ends t
 word).
 
 With $OOM_BISECT_SERVE=1 (oom-bisect's `--serve`) it serves trials: one `{"config": PATH}` line on
-stdin per trial, each ended by a `trial_done` line; its pid goes to $TOY_SERVED (one line a trial).
+stdin per trial, each ended by a `trial_done` line; each trial appends `PID N BATCH` to $TOY_SERVED
+(N: the trials this process has served, this one included).
 """
 
 import json
@@ -107,14 +108,17 @@ def trial(path, mode):
 def serve(mode):
     """Trials one after another in this process, as `--serve` hands them over."""
     failed_before = False
-    for line in sys.stdin:
+    for n, line in enumerate(sys.stdin, start=1):
+        path = json.loads(line)["config"]
         if "TOY_SERVED" in os.environ:
+            with open(path, "rb") as f:
+                batch = tomllib.load(f)["data"]["batch"]
             with open(os.environ["TOY_SERVED"], "a") as f:
-                f.write(f"{os.getpid()}\n")
+                f.write(f"{os.getpid()} {n} {batch}\n")
         if mode == "die-after-oom" and failed_before:
             print("toy: giving up")
             return 1
-        failure = trial(json.loads(line)["config"], mode)
+        failure = trial(path, mode)
         failed_before = failure is not None
         if failure is None:
             say(trial_done="fits")

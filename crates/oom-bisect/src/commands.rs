@@ -101,9 +101,14 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     }
     let journal = Arc::new(Mutex::new(journal));
     let runner = runner(&st.device);
+    // A served worker with a spare starts its command ahead, for the original's ceiling.
+    let serve = st
+        .device
+        .serve
+        .then(|| crate::oracle::request(&w.config, &st.device, None));
     progress.watch_compiling(runner.kernel_cache.as_deref());
     let pool = Pool::new(
-        dispatch.workers(&runner, st.device.serve),
+        dispatch.workers(&runner, serve.as_ref()),
         progress.workers_view(&dispatch),
         crate::journal::journal_on_finish(Arc::clone(&journal)),
     );
@@ -418,7 +423,7 @@ pub fn trial(args: &TrialArgs) -> Result<i32> {
     let req = request(&w.config, &device, fault);
     // Served, the command gets its trial as a served one: a check of its side of the protocol.
     let r = match device.serve {
-        true => oom_trial::ServedRunner::new(runner(&device)).run(&req),
+        true => oom_trial::ServedRunner::new(runner(&device), None).run(&req),
         false => runner(&device).run(&req),
     };
     show!("{}", output::trial_table::trial_table(&r));

@@ -17,7 +17,7 @@ use crate::cli::BisectArgs;
 use crate::exit_codes::{self as code, user};
 use crate::settings::DeviceSettings;
 use anyhow::Result;
-use oom_trial::{BackendKind, CeilingBy, ProcessRunner, ServedRunner, Worker};
+use oom_trial::{BackendKind, CeilingBy, ProcessRunner, Request, ServedRunner, Worker};
 
 /// One worker's place: its label and what its trials' processes get.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,24 +40,32 @@ pub struct Dispatch {
     /// docs/performance.md); but yes for commands that hold their own ceiling (below).
     /// `OOM_BISECT_GUESSES=on|off` overrides, for measuring.
     pub guesses: bool,
+    /// Whether a served worker (`--exec --serve`) starts its command ahead: its holder before its
+    /// first trial, and a spare that has run no trial for the next re-run, so that neither waits
+    /// for the command's start (PyTorch's: 9-13 s on the H200). Only where an idle command takes
+    /// nothing a trial measures: on CUDA where the command holds its own ceiling and each card
+    /// has room for two idle commands a worker beside its ceilings (not under a ballast, which
+    /// leaves a trial exactly its ceiling); not on the CPU, whose cores the trials run on, nor
+    /// through a launcher, where each would hold a job step. `OOM_BISECT_SPARES=on|off`
+    /// overrides, for measuring.
+    pub spares: bool,
 }
 
 /// The override of [`Dispatch::guesses`].
 pub const GUESSES_ENV: &str = "OOM_BISECT_GUESSES";
+/// The override of [`Dispatch::spares`].
+pub const SPARES_ENV: &str = "OOM_BISECT_SPARES";
+/// The room an idle command is given on its card: its CUDA context and what its framework loads
+/// at the start (burn's context: 518 MiB on the H200, GPU run 44), with a margin.
+const IDLE_COMMAND: u64 = 1 << 30;
 
 impl Dispatch {
     pub fn resolve(args: &BisectArgs, device: &DeviceSettings) -> Result<Dispatch> {
         let mut d = Self::place(args, device)?;
-        match std::env::var(GUESSES_ENV).as_deref() {
-            Err(_) => {}
-            Ok("on") => d.guesses = true,
-            Ok("off") => d.guesses = false,
-            Ok(other) => {
-                return Err(usage(&format!(
-                    "{GUESSES_ENV}={other}: `on` or `off` (unset: off where trials share a device)"
-                )))
-            }
-        }
+        let unset = "unset: off where trials share a device";
+        d.guesses = switch(GUESSES_ENV, d.guesses, unset)?;
+        let unset = "unset: on where a card has room beside its trials";
+        d.spares = switch(SPARES_ENV, d.spares, unset)?;
         Ok(d)
     }
 
@@ -75,6 +83,7 @@ impl Dispatch {
         match device.backend {
             BackendKind::Cuda => {
                 let mut d = gpus(args.devices.as_deref(), jobs, sharing(device))?;
+                d.spares &= device.ceiling_by == CeilingBy::Command;
                 // A command that holds its own ceiling is, in practice, a framework's start-up
                 // (the PyTorch reference: 10.4 s a trial five at once, 11.1 s alone): guesses
                 // cost the trials waited on little (capacity 111 s → 61 s, docs/performance.md).
@@ -92,6 +101,7 @@ impl Dispatch {
                     launcher: vec![],
                     // The slots share the host's cores.
                     guesses: false,
+                    spares: false,
                 })
             }
         }
@@ -107,8 +117,9 @@ impl Dispatch {
 
     /// The pool's workers, each a process runner like `base` with this dispatch's place.
     /// One runner per slot; where the `--exec` command serves trials (`serve`), each keeps its
-    /// command between trials.
-    pub fn workers(&self, base: &ProcessRunner, serve: bool) -> Vec<Worker> {
+    /// command between trials; where this dispatch keeps spares, each starts its command ahead
+    /// with `serve` (the original's request) instead of at its first trial.
+    pub fn workers(&self, base: &ProcessRunner, serve: Option<&Request>) -> Vec<Worker> {
         self.slots
             .iter()
             .map(|s| {
@@ -118,8 +129,11 @@ impl Dispatch {
                     ..base.clone()
                 };
                 match serve {
-                    true => Box::new(ServedRunner::new(runner)) as Worker,
-                    false => Box::new(runner) as Worker,
+                    Some(r) => {
+                        let ahead = self.spares.then(|| r.clone());
+                        Box::new(ServedRunner::new(runner, ahead)) as Worker
+                    }
+                    None => Box::new(runner) as Worker,
                 }
             })
             .collect()
@@ -140,6 +154,16 @@ fn cpu_jobs(device: &DeviceSettings) -> usize {
     let each = device.ceiling_bytes.unwrap_or(u64::MAX / 2) + CPU_TRIAL_OVERHEAD;
     let fit = (oom_trial::host_available() / each) as usize;
     cores.min(fit).max(1)
+}
+
+/// An `on`/`off` override from the environment, else `default`.
+fn switch(var: &str, default: bool, unset: &str) -> Result<bool> {
+    match std::env::var(var).as_deref() {
+        Err(_) => Ok(default),
+        Ok("on") => Ok(true),
+        Ok("off") => Ok(false),
+        Ok(other) => Err(usage(&format!("{var}={other}: `on` or `off` ({unset})"))),
+    }
 }
 
 fn usage(msg: &str) -> anyhow::Error {
@@ -173,6 +197,7 @@ fn launcher(line: &str, jobs: Option<usize>) -> Result<Dispatch> {
             .collect(),
         launcher: words,
         guesses: true,
+        spares: false,
     })
 }
 
@@ -217,10 +242,22 @@ fn gpus(devices: Option<&str>, jobs: Option<usize>, ceiling: Option<u64>) -> Res
     let picked = pick(devices, &visible)?;
     let counts: Vec<usize> = picked.iter().map(|(i, _)| per_gpu(*i, ceiling)).collect();
     let slots = gpu_slots(&picked, &counts, jobs)?;
+    let spares = ceiling.is_some_and(|c| room_for_idle(&picked, &counts, c));
     Ok(Dispatch {
         guesses: slots.len() <= picked.len(),
         slots,
         launcher: vec![],
+        spares,
+    })
+}
+
+/// Whether every picked card holds, beside `counts` ceilings, two idle commands a worker (a
+/// served worker's holder and spare before their first trials).
+fn room_for_idle(picked: &[(usize, String)], counts: &[usize], ceiling: u64) -> bool {
+    picked.iter().zip(counts).all(|((i, _), &n)| {
+        let free = oom_trial::cuda_free_bytes(*i).map_or(0, |(free, _)| free);
+        let idle = 2 * n as u64 * IDLE_COMMAND;
+        free >= n as u64 * ceiling + idle
     })
 }
 

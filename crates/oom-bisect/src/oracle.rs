@@ -26,6 +26,7 @@ pub fn request(config: &Config, device: &DeviceSettings, fault: Option<Fault>) -
         ceiling_by: Default::default(),
         serve: false,
         fresh: false,
+        ahead: false,
     }
 }
 

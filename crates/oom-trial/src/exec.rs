@@ -130,10 +130,17 @@ pub fn run(req: &Request, command: &str) -> Result<()> {
 /// `--serve`: the command, started once, answers trial after trial. Each request's config file
 /// goes to its stdin as `{"config": PATH}`; its `{"oom_bisect": {"trial_done": …}}` ends the trial
 /// (an `Exited` with `served`), and the holder reads the next request from its own stdin. A
-/// command that ends instead ends its trial as without `--serve`, and the holder with it.
-fn serve(mut cmd: Watched, first: &Request, mut file: ConfigFile) -> Result<()> {
+/// command that ends instead ends its trial as without `--serve`, and the holder with it. A holder
+/// started ahead (`Request::ahead`) waits for its first trial with the command started.
+fn serve(mut cmd: Watched, first: &Request, file: ConfigFile) -> Result<()> {
     let mut requests = std::io::stdin().lines();
-    let mut req = first.clone();
+    let (mut req, mut file) = (first.clone(), file);
+    if first.ahead {
+        match next_request(&mut requests, first)? {
+            Some(next) => (req, file) = next,
+            None => return Ok(cmd.close()),
+        }
+    }
     loop {
         cmd.held.emit_start();
         cmd.give(&file.path);
@@ -146,20 +153,32 @@ fn serve(mut cmd: Watched, first: &Request, mut file: ConfigFile) -> Result<()> 
             }
         }
         drop(file);
-        let Some(line) = requests.next().transpose()? else {
-            break;
-        };
-        req = serde_json::from_str(&line).context("a bad request to a served holder")?;
-        // One holder holds one ceiling: the runner starts another for a different one.
-        anyhow::ensure!(
-            (req.backend, req.ceiling) == (first.backend, first.ceiling),
-            "a served holder was asked for another backend or ceiling"
-        );
-        crate::emit::restart_clock();
-        file = ConfigFile::write(&req.config)?;
+        match next_request(&mut requests, first)? {
+            Some(next) => (req, file) = next,
+            None => break,
+        }
     }
     cmd.close();
     Ok(())
+}
+
+/// A served holder's next request, with its config file written; `None` at the end of its input.
+fn next_request(
+    requests: &mut std::io::Lines<std::io::StdinLock<'static>>,
+    first: &Request,
+) -> Result<Option<(Request, ConfigFile)>> {
+    let Some(line) = requests.next().transpose()? else {
+        return Ok(None);
+    };
+    let req: Request = serde_json::from_str(&line).context("a bad request to a served holder")?;
+    // One holder holds one ceiling: the runner starts another for a different one.
+    anyhow::ensure!(
+        (req.backend, req.ceiling) == (first.backend, first.ceiling),
+        "a served holder was asked for another backend or ceiling"
+    );
+    crate::emit::restart_clock();
+    let file = ConfigFile::write(&req.config)?;
+    Ok(Some((req, file)))
 }
 
 fn deadline(req: &Request) -> Option<Instant> {

@@ -138,6 +138,11 @@ pub struct Request {
     /// has run other trials before, so that a confirmed boundary holds for a fresh start.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fresh: bool,
+    /// A served holder started ahead of its first trial (a worker's spare, [`crate::served`]):
+    /// it starts the command and waits; its first trial is the next request on its stdin, and
+    /// this request's config is only the one named on the command line.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ahead: bool,
 }
 
 impl Ceiling {

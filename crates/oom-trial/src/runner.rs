@@ -343,6 +343,7 @@ mod tests {
             ceiling_by: Default::default(),
             serve: false,
             fresh: false,
+            ahead: false,
         }
     }
 

@@ -35,14 +35,60 @@ const LAST_EVENTS: Duration = Duration::from_secs(2);
 pub struct ServedRunner {
     base: ProcessRunner,
     holder: Mutex<Option<Holder>>,
+    /// A holder started ahead that has run no trial: the next re-run's fresh process, or the
+    /// holder's successor. Kept only with `ahead`.
+    spare: Mutex<Option<Holder>>,
+    /// The request holders are started ahead for (its backend and ceiling; its config only names
+    /// a file on the command line), where the dispatch has room for them beside the trials.
+    ahead: Option<Request>,
 }
 
 impl ServedRunner {
-    pub fn new(base: ProcessRunner) -> ServedRunner {
-        ServedRunner {
+    /// A served worker; with `ahead`, its holder and a spare start at once, so that its first
+    /// trial and its first re-run find the command already started.
+    pub fn new(base: ProcessRunner, ahead: Option<Request>) -> ServedRunner {
+        let runner = ServedRunner {
             base,
             holder: Mutex::new(None),
+            spare: Mutex::new(None),
+            ahead,
+        };
+        *lock(&runner.holder) = runner.start_ahead();
+        runner.keep_spare();
+        runner
+    }
+
+    /// A holder started ahead of its first trial, for `ahead`'s backend and ceiling.
+    fn start_ahead(&self) -> Option<Holder> {
+        let template = self.ahead.as_ref()?;
+        let holds = (template.backend, template.ceiling);
+        let mut h = Holder::start(&self.base, holds).ok()?;
+        h.send(&Request {
+            serve: true,
+            ahead: true,
+            ..self.base.holder_request(template)
+        });
+        Some(h)
+    }
+
+    /// Starts a spare where there is none.
+    fn keep_spare(&self) {
+        let mut spare = lock(&self.spare);
+        if spare.is_none() {
+            *spare = self.start_ahead();
         }
+    }
+
+    /// The spare, if it holds `holds` (a replacement starts at once); one holding another ceiling
+    /// is stopped, so that its room is the trial's.
+    fn take_spare(&self, holds: (BackendKind, Ceiling)) -> Option<Holder> {
+        let spare = lock(&self.spare).take()?;
+        if spare.holds != holds {
+            spare.stop();
+            return None;
+        }
+        self.keep_spare();
+        Some(spare)
     }
 }
 
@@ -55,58 +101,78 @@ struct Holder {
     stderr: Drain,
     /// The backend and ceiling it holds.
     holds: (BackendKind, Ceiling),
+    /// It has been given a trial: it is no longer a fresh process.
+    used: bool,
 }
 
 impl TrialRunner for ServedRunner {
     fn run(&self, request: &Request) -> TrialReport {
         let mut holder = lock(&self.holder);
         let holds = (request.backend, request.ceiling);
-        if request.fresh || holder.as_ref().is_some_and(|h| h.holds != holds) {
-            if let Some(h) = holder.take() {
-                h.stop();
-            }
+        // A re-run needs a process that ran no trial before; any trial needs its ceiling.
+        let unfit = |h: &Holder| h.holds != holds || (request.fresh && h.used);
+        if let Some(h) = holder.take_if(|h| unfit(h)) {
+            h.stop();
         }
-        if request.fresh {
-            return self.base.run(request);
+        if holder.is_none() {
+            *holder = self.take_spare(holds);
         }
         let started = Instant::now();
-        if holder.is_none() {
-            match Holder::start(&self.base, holds) {
-                Ok(h) => *holder = Some(h),
-                Err(e) => return assemble(&[], ChildExit::NotStarted(e.to_string()), "", 0.0),
+        let h = match holder.take() {
+            Some(h) => Ok(h),
+            None if request.fresh => Err(self.base.run(request)),
+            None => Holder::start(&self.base, holds)
+                .map_err(|e| assemble(&[], ChildExit::NotStarted(e.to_string()), "", 0.0)),
+        };
+        let report = match h {
+            Ok(h) => {
+                let (report, kept) = self.serve(h, request, started);
+                *holder = kept;
+                report
             }
-        }
-        let h = holder.as_mut().expect("a holder was started");
+            Err(report) => report,
+        };
+        self.keep_spare();
+        report
+    }
+}
+
+impl ServedRunner {
+    /// One trial on holder `h`: served, and the holder kept for the next; or (the command ended,
+    /// or the holder did) ended as a process's trial, the holder with it.
+    fn serve(
+        &self,
+        mut h: Holder,
+        request: &Request,
+        started: Instant,
+    ) -> (TrialReport, Option<Holder>) {
         let request = Request {
             serve: true,
             ..self.base.holder_request(request)
         };
         h.send(&request);
+        h.used = true;
         let until = started + self.base.timeout + crate::runner::HOLDER_GRACE;
         let events = h.trial(until);
         let served = events
             .iter()
             .any(|e| matches!(e, ChildEvent::Exited(x) if x.served));
+        let secs = || started.elapsed().as_secs_f64();
         if served {
-            return assemble(
-                &events,
-                ChildExit::Code(0),
-                "",
-                started.elapsed().as_secs_f64(),
-            );
+            return (assemble(&events, ChildExit::Code(0), "", secs()), Some(h));
         }
-        // The command ended, or the holder did: the trial ends as a process's does.
-        let h = holder.take().expect("the holder is still here");
         let (exit, more, stderr) = h.end(&self.base, started, &request);
         let all: Vec<ChildEvent> = events.into_iter().chain(more).collect();
-        assemble(&all, exit, &stderr, started.elapsed().as_secs_f64())
+        (assemble(&all, exit, &stderr, secs()), None)
     }
 }
 
 impl Drop for ServedRunner {
     fn drop(&mut self) {
-        if let Some(h) = lock(&self.holder).take() {
-            h.stop();
+        for h in [&self.holder, &self.spare] {
+            if let Some(h) = lock(h).take() {
+                h.stop();
+            }
         }
     }
 }
@@ -128,6 +194,7 @@ impl Holder {
             slot,
             events,
             holds,
+            used: false,
         })
     }
 
@@ -187,10 +254,16 @@ impl Holder {
     }
 
     /// No more trials here: the holder hears the end of its input, stops its command and leaves;
-    /// what is left of its group after a moment is killed.
+    /// what is left of its group after a moment is killed at once where it never ran a trial (a
+    /// spare may still be starting its command, and has nothing to finish).
     fn stop(mut self) {
         drop(self.input.take());
-        let until = Instant::now() + STOP_GRACE;
+        let grace = if self.used {
+            STOP_GRACE
+        } else {
+            Duration::ZERO
+        };
+        let until = Instant::now() + grace;
         while Instant::now() < until && matches!(self.child.try_wait(), Ok(None)) {
             std::thread::sleep(Duration::from_millis(10));
         }

@@ -1058,3 +1058,23 @@ fn inspect_writes_stamped_json() {
     assert!(v["modules"].as_array().unwrap().len() > 20);
     assert!(v["stages"][0]["shape"].is_array());
 }
+
+/// The overrides for measuring (`OOM_BISECT_GUESSES`, `OOM_BISECT_SPARES`) take `on` or `off`;
+/// anything else is refused before any trial, naming the variable and what it takes.
+#[test]
+fn a_bad_measuring_override_is_refused_by_name() {
+    let d = tmp("overrides");
+    let cfg = root().join("configs/quickstart.toml");
+    for var in ["OOM_BISECT_GUESSES", "OOM_BISECT_SPARES"] {
+        let o = Command::new(BIN)
+            .args(["bisect", "--config", cfg.to_str().unwrap(), "--fake-trials"])
+            .args(["--axes", "batch", "--fresh", "-q"])
+            .current_dir(&d)
+            .env(var, "sometimes")
+            .output()
+            .unwrap();
+        assert_eq!(code(&o), 2, "{var}: {}", text(&o));
+        let want = format!("{var}=sometimes: `on` or `off`");
+        assert!(text(&o).contains(&want), "{var}: {}", text(&o));
+    }
+}

@@ -138,7 +138,10 @@ fn serve(mut cmd: Watched, first: &Request, file: ConfigFile) -> Result<()> {
     if first.ahead {
         match next_request(&mut requests, first)? {
             Some(next) => (req, file) = next,
-            None => return Ok(cmd.close()),
+            None => {
+                cmd.close();
+                return Ok(());
+            }
         }
     }
     loop {

@@ -6,12 +6,22 @@
 //! [`ServedRunner`] keeps one `__trial` holder per worker alive between trials and hands it each
 //! request as a line on its stdin; the holder hands the command the trial's config file and reads
 //! its `trial_done` line (`exec::serve`). The holder is started again where the command ended (a
-//! crash, the time limit), where a request needs another ceiling (the `need` step runs without
-//! one), and for every re-run (`Request::fresh`): confirmations and retries run as a plain
-//! [`ProcessRunner`] trial in a process of their own, so that a confirmed boundary was measured by a
-//! fresh start too, not only by a process that ran other trials before (with more kernels loaded,
-//! its allocator used). A served holder is stopped before a fresh trial starts on its worker:
-//! under a ballast, or in a worker's share of a card, there is room for one of them.
+//! crash, the time limit) and where a request needs another ceiling (the `need` step runs without
+//! one). Re-runs and retries (`Request::fresh`) need a command that ran no trial before, so that a
+//! confirmed boundary was measured by a fresh start too, not only by a process that ran other
+//! trials (with more kernels loaded, its allocator used): the worker's spare where it keeps one,
+//! else a plain [`ProcessRunner`] trial in a process of its own. A served holder is stopped before
+//! a fresh trial starts on its worker: under a ballast, or in a worker's share of a card, there
+//! is room for one of them.
+//!
+//! Where the dispatch has room for idle commands beside the trials (`Dispatch::spares`), a worker
+//! starts its holder and a spare at once, each with its command started and waiting
+//! (`Request::ahead`): its first trial and its next re-run do not wait for the command's start; a
+//! spare taken is replaced at once. On the H200 the capacity through the PyTorch reference took
+//! 32–35 s with spares against 41 s without, the same boundary (GPU run 46): a re-run 8.8–9.0 s
+//! against 12.2–13.9 s. A command's first trial is still slow once its start is not: 7.2–7.8 s in
+//! a PyTorch started ahead against 0.8–1.7 s for a later one (its first steps' own work, not
+//! profiled).
 
 use crate::lines::{read_lines, Drain, MAX_LINE};
 use crate::outcome::{assemble, ChildExit, TrialReport};

@@ -131,7 +131,7 @@ fn header(cx: &Context<'_>) -> String {
             match cx.served {
                 true =>
                     " (served: one process per worker answers first runs in turn; \
-                         re-runs start it afresh)",
+                         each re-run goes to one that ran no trial before)",
                 false => "",
             },
             super::one_line(command, 400)

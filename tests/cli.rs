@@ -343,8 +343,9 @@ fn every_phase_holds_the_same_memory_after_each_step() {
             .collect();
         assert_eq!(after.len(), 3, "{phase}");
         // A step that keeps its graph keeps about what it works with (peak less what was held
-        // before it: 16 MiB here); one buffer made the first time a thread runs some kernel (1 MiB,
-        // after the first step or after the second by the threads' timing) is no leak.
+        // before it: about 15 MiB here); one buffer made the first time a thread runs some
+        // kernel (1 MiB, after the first step or after the second by the threads' timing) is no
+        // leak.
         let working = r["peak_bytes"].as_u64().unwrap() - after[0];
         assert!(
             after.windows(2).all(|w| w[1] <= w[0] + working / 8),

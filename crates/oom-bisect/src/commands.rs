@@ -13,7 +13,8 @@ use anyhow::Result;
 use deeplab::Architecture;
 use oom_search::{diagnose, Candidate, Clock, Diagnosis, Outcome};
 use oom_trial::{
-    fmt_bytes, BackendKind, Fault, Pool, ProcessRunner, TrialOutcome, TrialReport, TrialRunner,
+    fmt_bytes, BackendKind, Fault, Pool, ProcessRunner, Request, TrialOutcome, TrialReport,
+    TrialRunner,
 };
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -101,11 +102,19 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     }
     let journal = Arc::new(Mutex::new(journal));
     let runner = runner(&st.device);
-    // A served worker with a spare starts its command ahead, for the original's ceiling.
-    let serve = st
-        .device
-        .serve
-        .then(|| crate::oracle::request(&w.config, &st.device, None));
+    // A served worker with a spare starts its command ahead, for the original's ceiling; its
+    // holder warms the command up with the original at batch 1, the cheapest trial that loads
+    // what the search's trials will.
+    let serve = st.device.serve.then(|| {
+        let mut warm = w.config.clone();
+        warm.data.batch = 1;
+        Request {
+            warm_up: dispatch
+                .warm_up
+                .then(|| request(&warm, &st.device, None).config),
+            ..request(&w.config, &st.device, None)
+        }
+    });
     progress.watch_compiling(runner.kernel_cache.as_deref());
     let pool = Pool::new(
         dispatch.workers(&runner, serve.as_ref()),

@@ -27,6 +27,7 @@ pub fn request(config: &Config, device: &DeviceSettings, fault: Option<Fault>) -
         serve: false,
         fresh: false,
         ahead: false,
+        warm_up: None,
     }
 }
 

@@ -441,6 +441,7 @@ mod tests {
             serve: false,
             fresh: false,
             ahead: false,
+            warm_up: None,
         }
     }
 

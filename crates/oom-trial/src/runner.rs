@@ -344,6 +344,7 @@ mod tests {
             serve: false,
             fresh: false,
             ahead: false,
+            warm_up: None,
         }
     }
 

@@ -24,6 +24,11 @@ pub struct ConfigFile {
 
 impl ConfigFile {
     pub fn write(config: &str) -> Result<ConfigFile> {
+        Self::write_as(config, "config.toml")
+    }
+
+    /// [`ConfigFile::write`] under the file name `name`.
+    pub fn write_as(config: &str, name: &str) -> Result<ConfigFile> {
         let tmp = temp_dir()?;
         remove_orphans(&tmp);
         let dir = tmp.join(format!(
@@ -36,7 +41,7 @@ impl ConfigFile {
             .create(&dir)
             .with_context(|| format!("could not create the private directory {}", dir.display()))?;
         let file = ConfigFile {
-            path: dir.join("config.toml"),
+            path: dir.join(name),
             dir,
         };
         check_private(&file.dir)?;

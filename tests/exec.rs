@@ -87,6 +87,61 @@ fn a_command_that_ends_well_fits_with_its_peak() {
     assert_eq!(r["peak_source"], "the command's own figure");
 }
 
+/// The `.pyc` files under `dir`, at any depth.
+fn bytecode_files(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.path() {
+            p if p.is_dir() => bytecode_files(&p),
+            p => usize::from(p.extension().is_some_and(|x| x == "pyc")),
+        })
+        .sum()
+}
+
+#[test]
+fn a_command_keeps_its_python_bytecode_in_the_cache_even_where_told_not_to() {
+    // A container's PYTHONDONTWRITEBYTECODE made every trial's process compile its imports anew.
+    let d = tmp("bytecode");
+    let cfg = write(&d, "toy.toml", TOY);
+    let (kc, mine) = (d.join("kc"), d.join("mine"));
+    let trial = |env: &[(&str, &Path)]| {
+        let args = ["trial", "--config", cfg.to_str().unwrap()];
+        let o = Command::new(BIN)
+            .args(args)
+            .args(["--backend", "cpu", "--exec", &trainer()])
+            .current_dir(&d)
+            .env_remove("PYTHONPYCACHEPREFIX")
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .env("OOM_BISECT_KERNEL_CACHE", &kc)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert_eq!(code(&o), 0, "{}", text(&o));
+    };
+    trial(&[]);
+    let ours = kc.join("python-bytecode");
+    assert!(
+        bytecode_files(&ours) > 0,
+        "no bytecode in {}",
+        ours.display()
+    );
+    // A place the user names is theirs: nothing more goes to ours.
+    std::fs::remove_dir_all(&ours).unwrap();
+    trial(&[("PYTHONPYCACHEPREFIX", &mine)]);
+    assert_eq!(bytecode_files(&ours), 0);
+    assert_eq!(
+        bytecode_files(&mine),
+        0,
+        "the user's own setting still holds"
+    );
+    // Without a kernel cache (empty), the command's environment is its own.
+    trial(&[("OOM_BISECT_KERNEL_CACHE", Path::new(""))]);
+    assert_eq!(bytecode_files(&ours), 0);
+}
+
 #[test]
 fn out_of_memory_messages_are_ooms_with_where_and_how_much() {
     let (o, r) = toy_trial("oom", "100MiB", "");
@@ -334,15 +389,9 @@ fn only_a_command_holds_its_own_ceiling() {
     assert_eq!(code(&cpu), 0, "{}", text(&cpu));
 }
 
-/// One served trial, as the toy trainer writes it.
-#[derive(Debug)]
-struct ServedTrial {
-    /// How many trials the process has served, this one included.
-    n: usize,
-    batch: usize,
-    /// A holder's warm-up (its config file is `warm-up.toml`), not a trial of the search.
-    warm_up: bool,
-}
+/// One served trial, as the toy trainer writes it: the process, how many trials it has served
+/// (this one included), the batch.
+type ServedTrial = (String, usize, usize);
 
 /// `bisect --serve` of the toy config on batch under 80 MiB, `--jobs jobs`, with `TOY_MODE=mode`
 /// and `OOM_BISECT_SPARES=spares`: the output, the JSON, and the served trials in the order they
@@ -352,19 +401,6 @@ fn served_bisect(
     mode: &str,
     jobs: &str,
     spares: &str,
-) -> (Output, Value, Vec<ServedTrial>) {
-    served_bisect_with(
-        name,
-        jobs,
-        &[("TOY_MODE", mode), ("OOM_BISECT_SPARES", spares)],
-    )
-}
-
-/// [`served_bisect`] with the environment `env`.
-fn served_bisect_with(
-    name: &str,
-    jobs: &str,
-    env: &[(&str, &str)],
 ) -> (Output, Value, Vec<ServedTrial>) {
     let d = tmp(name);
     let cfg = write(&d, "toy.toml", TOY);
@@ -387,18 +423,22 @@ fn served_bisect_with(
         "--json",
         j.to_str().unwrap(),
     ];
-    let env = [env, &[("TOY_SERVED", pids.to_str().unwrap())]].concat();
+    let env = [
+        ("TOY_MODE", mode),
+        ("TOY_SERVED", pids.to_str().unwrap()),
+        ("OOM_BISECT_SPARES", spares),
+    ];
     let o = run_exec(&d, &args, &trainer(), &env);
     let served = std::fs::read_to_string(&pids).unwrap_or_default();
     let served = served
         .lines()
         .map(|l| {
             let w: Vec<&str> = l.split(' ').collect();
-            ServedTrial {
-                n: w[1].parse().unwrap(),
-                batch: w[2].parse().unwrap(),
-                warm_up: w[3] == "warm-up.toml",
-            }
+            (
+                w[0].to_string(),
+                w[1].parse().unwrap(),
+                w[2].parse().unwrap(),
+            )
         })
         .collect();
     (o, json_if_written(&j), served)
@@ -447,7 +487,7 @@ fn a_served_command_answers_trials_in_one_process_and_confirms_in_fresh_ones() {
     );
     // One worker: the re-runs in between stop the served process, the next trial starts another.
     assert!(
-        served.iter().any(|s| s.n > 1),
+        served.iter().any(|(_, n, _)| *n > 1),
         "one process served several: {served:?}"
     );
 }
@@ -468,70 +508,17 @@ fn a_spare_answers_each_rerun_as_its_first_trial() {
     assert!(reruns >= 2, "a confirmation of both sides: {reruns}");
     assert_eq!(served.len(), list.len(), "every trial served: {served:?}");
     // One worker runs them in turn: a batch's later runs are re-runs, each a command's first.
-    for (i, s) in served.iter().enumerate() {
-        let again = served[..i].iter().any(|t| t.batch == s.batch);
+    for (i, (_, n, batch)) in served.iter().enumerate() {
+        let again = served[..i].iter().any(|(_, _, b)| b == batch);
         assert!(
-            !again || s.n == 1,
-            "re-run {i} of {} not fresh: {served:?}",
-            s.batch
+            !again || *n == 1,
+            "re-run {i} of {batch} not fresh: {served:?}"
         );
     }
     assert!(
-        served.iter().any(|s| s.n > 1),
+        served.iter().any(|(_, n, _)| *n > 1),
         "first runs served in one process: {served:?}"
     );
-}
-
-/// A worker's holder started ahead warms its command up while the search's first trial runs
-/// elsewhere (the original at batch 1, its outcome unread), and still takes no re-run: every
-/// re-run is a command's first trial, and the boundary is the command's own.
-#[test]
-fn an_idle_holder_warms_its_command_up_and_takes_no_rerun() {
-    // Each trial takes two seconds: the second worker waits well past the warm-up's grace (0.5 s)
-    // for its first.
-    let env = [("OOM_BISECT_SPARES", "on"), ("TOY_TRIAL_SECONDS", "2")];
-    let (o, r, served) = served_bisect_with("served-warm-up", "2", &env);
-    assert_eq!(code(&o), 0, "{}", text(&o));
-    assert_eq!(
-        batch_boundary(&r),
-        toy_boundary(&tmp("served-warm-up-need"), 80 << 20)
-    );
-    let warm_ups: Vec<&ServedTrial> = served.iter().filter(|s| s.warm_up).collect();
-    assert!(!warm_ups.is_empty(), "a holder warmed up: {served:?}");
-    for w in warm_ups {
-        assert_eq!(
-            (w.n, w.batch),
-            (1, 1),
-            "its command's first, at batch 1: {served:?}"
-        );
-    }
-    let list = r["trials"]["list"].as_array().unwrap();
-    let reruns: Vec<usize> = list
-        .iter()
-        .filter(|t| t["attempt"] != 0)
-        .map(served_batch)
-        .collect();
-    assert!(
-        reruns.len() >= 2,
-        "a confirmation of both sides: {reruns:?}"
-    );
-    for batch in &reruns {
-        let runs = reruns.iter().filter(|b| *b == batch).count();
-        let fresh = served
-            .iter()
-            .filter(|s| s.n == 1 && !s.warm_up && s.batch == *batch)
-            .count();
-        assert!(
-            fresh >= runs,
-            "each re-run of {batch} in a fresh command: {served:?}"
-        );
-    }
-}
-
-/// The batch a trial of the report's list ran.
-fn served_batch(t: &Value) -> usize {
-    let batch = t["candidate"]["sets"]["data.batch"].as_str();
-    batch.expect("a batch candidate").parse().unwrap()
 }
 
 /// A served command that dies in the trial after an out-of-memory (without a word) is an error,

@@ -20,6 +20,7 @@ for k in 1 2; do
 done
 t0=$SECONDS; timeout 60 python3 .gpu/accelerate_capacity.py > $R/accelerate.txt 2>&1
 log "accelerate rc=$? $((SECONDS - t0))s"
+finish # the results so far, should the forum runs pass the call's limit
 bench_with forum-warm 120 $B --exec "$TORCH" --ceiling-by command --serve --config $FORUM
 OOM_BISECT_WARM_UP=off bench_with forum-nowarm 120 $B --exec "$TORCH" --ceiling-by command \
   --serve --config $FORUM

@@ -12,11 +12,11 @@ axis, which is all a test of the search and the protocol needs.
 error (a ValueError), tf (TensorFlow's OOM text), oom-exit0 (an OOM message, then exit 0), sleep
 (hangs, with a grandchild; pids in $TOY_PIDFILE), killed (SIGKILL by itself), own-peak (prints its
 own peak figure), die-after-oom (served: the trial after an out-of-memory ends the process without a
-word). $TOY_TRIAL_SECONDS makes each trial take that long.
+word).
 
 With $OOM_BISECT_SERVE=1 (oom-bisect's `--serve`) it serves trials: one `{"config": PATH}` line on
-stdin per trial, each ended by a `trial_done` line; each trial appends `PID N BATCH FILE` to $TOY_SERVED
-(N: the trials this process has served, this one included; FILE: its config file's name).
+stdin per trial, each ended by a `trial_done` line; each trial appends `PID N BATCH` to $TOY_SERVED
+(N: the trials this process has served, this one included).
 """
 
 import json
@@ -73,7 +73,6 @@ def trial(path, mode):
     limit = int(os.environ.get("OOM_BISECT_MEMORY_LIMIT", 1 << 62))
     print(f"toy: need {n} bytes, limit {limit}")
     say(stage="setup", step=1)
-    time.sleep(float(os.environ.get("TOY_TRIAL_SECONDS", 0)))
     if mode == "error":
         raise ValueError("Expected more than 1 value per channel when training")
     if mode == "sleep":
@@ -115,7 +114,7 @@ def serve(mode):
             with open(path, "rb") as f:
                 batch = tomllib.load(f)["data"]["batch"]
             with open(os.environ["TOY_SERVED"], "a") as f:
-                f.write(f"{os.getpid()} {n} {batch} {os.path.basename(path)}\n")
+                f.write(f"{os.getpid()} {n} {batch}\n")
         if mode == "die-after-oom" and failed_before:
             print("toy: giving up")
             return 1

@@ -13,8 +13,7 @@ use anyhow::Result;
 use deeplab::Architecture;
 use oom_search::{diagnose, Candidate, Clock, Diagnosis, Outcome};
 use oom_trial::{
-    fmt_bytes, BackendKind, Fault, Pool, ProcessRunner, Request, TrialOutcome, TrialReport,
-    TrialRunner,
+    fmt_bytes, BackendKind, Fault, Pool, ProcessRunner, TrialOutcome, TrialReport, TrialRunner,
 };
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -25,7 +24,7 @@ use std::time::{Duration, Instant};
 /// `--fake-trials`).
 fn runner(device: &DeviceSettings) -> ProcessRunner {
     // Only burn's CUDA trials compile kernels: a CPU run or a user's command neither checks nor
-    // creates the cache.
+    // creates the cache. A user's command keeps its Python bytecode in the cache's folder.
     let burn_cuda =
         device.backend == BackendKind::Cuda && device.engine == oom_trial::Engine::Train;
     let dir = oom_trial::cache::dir().filter(|_| burn_cuda);
@@ -33,9 +32,11 @@ fn runner(device: &DeviceSettings) -> ProcessRunner {
     if let Some(w) = warning {
         tell!("oom-bisect: warning: {w}");
     }
+    let exec = matches!(device.engine, oom_trial::Engine::Exec { .. });
     ProcessRunner {
         timeout: device.trial_timeout,
         kernel_cache,
+        python_bytecode: oom_trial::cache::python_bytecode_dir().filter(|_| exec),
         ceiling_by: device.ceiling_by,
         ..ProcessRunner::default()
     }
@@ -102,19 +103,11 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     }
     let journal = Arc::new(Mutex::new(journal));
     let runner = runner(&st.device);
-    // A served worker with a spare starts its command ahead, for the original's ceiling; its
-    // holder warms the command up with the original at batch 1, the cheapest trial that loads
-    // what the search's trials will.
-    let serve = st.device.serve.then(|| {
-        let mut warm = w.config.clone();
-        warm.data.batch = 1;
-        Request {
-            warm_up: dispatch
-                .warm_up
-                .then(|| request(&warm, &st.device, None).config),
-            ..request(&w.config, &st.device, None)
-        }
-    });
+    // A served worker with a spare starts its command ahead, for the original's ceiling.
+    let serve = st
+        .device
+        .serve
+        .then(|| crate::oracle::request(&w.config, &st.device, None));
     progress.watch_compiling(runner.kernel_cache.as_deref());
     let pool = Pool::new(
         dispatch.workers(&runner, serve.as_ref()),

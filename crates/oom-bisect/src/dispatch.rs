@@ -49,18 +49,12 @@ pub struct Dispatch {
     /// through a launcher, where each would hold a job step. `OOM_BISECT_SPARES=on|off`
     /// overrides, for measuring.
     pub spares: bool,
-    /// Whether a served worker's holder started ahead warms its command up with a trial nobody
-    /// reads while it waits (`Request::warm_up`): on wherever holders start ahead.
-    /// `OOM_BISECT_WARM_UP=on|off` overrides, for measuring.
-    pub warm_up: bool,
 }
 
 /// The override of [`Dispatch::guesses`].
 pub const GUESSES_ENV: &str = "OOM_BISECT_GUESSES";
 /// The override of [`Dispatch::spares`].
 pub const SPARES_ENV: &str = "OOM_BISECT_SPARES";
-/// The override of [`Dispatch::warm_up`].
-pub const WARM_UP_ENV: &str = "OOM_BISECT_WARM_UP";
 /// The room an idle command is given on its card: its CUDA context and what its framework loads
 /// at the start (burn's context: 518 MiB on the H200, GPU run 44), with a margin.
 const IDLE_COMMAND: u64 = 1 << 30;
@@ -72,11 +66,6 @@ impl Dispatch {
         d.guesses = switch(GUESSES_ENV, d.guesses, unset)?;
         let unset = "unset: on where a card has room beside its trials";
         d.spares = switch(SPARES_ENV, d.spares, unset)?;
-        d.warm_up = switch(
-            WARM_UP_ENV,
-            d.warm_up,
-            "unset: on where holders start ahead",
-        )?;
         Ok(d)
     }
 
@@ -113,7 +102,6 @@ impl Dispatch {
                     // The slots share the host's cores.
                     guesses: false,
                     spares: false,
-                    warm_up: true,
                 })
             }
         }
@@ -210,7 +198,6 @@ fn launcher(line: &str, jobs: Option<usize>) -> Result<Dispatch> {
         launcher: words,
         guesses: true,
         spares: false,
-        warm_up: true,
     })
 }
 
@@ -261,7 +248,6 @@ fn gpus(devices: Option<&str>, jobs: Option<usize>, ceiling: Option<u64>) -> Res
         slots,
         launcher: vec![],
         spares,
-        warm_up: true,
     })
 }
 

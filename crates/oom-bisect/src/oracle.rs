@@ -27,7 +27,6 @@ pub fn request(config: &Config, device: &DeviceSettings, fault: Option<Fault>) -
         serve: false,
         fresh: false,
         ahead: false,
-        warm_up: None,
     }
 }
 

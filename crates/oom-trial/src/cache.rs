@@ -45,6 +45,27 @@ pub fn configure(cmd: &mut Command, dir: Option<&Path>) {
     };
 }
 
+/// Where an `--exec` command's Python keeps the bytecode it compiles: `python-bytecode` in the cache
+/// folder ([`dir`]; none where that is empty).
+pub fn python_bytecode_dir() -> Option<PathBuf> {
+    dir().map(|d| d.join("python-bytecode"))
+}
+
+/// Has a trial child's `--exec` command (which inherits the child's environment) keep its Python
+/// bytecode in `dir`, unless the user named a place (`PYTHONPYCACHEPREFIX`, then left as the user
+/// set it). Python writes no bytecode under `PYTHONDONTWRITEBYTECODE`, which container images
+/// often set, and where the installed packages ship none (the GPU machine of
+/// `docs/runs/gpu-run-49.sh`) every trial's process compiled what it imports from source: a
+/// PyTorch process's start and first trial took 12.4 s, 5.7 s of it compiling. The bytecode goes
+/// to our cache folder, not next to the sources (what that setting keeps clean), so the setting is
+/// lifted for the command.
+pub fn python_bytecode(cmd: &mut Command, dir: Option<&Path>) {
+    if let Some(d) = dir.filter(|_| std::env::var_os("PYTHONPYCACHEPREFIX").is_none()) {
+        cmd.env("PYTHONPYCACHEPREFIX", d)
+            .env_remove("PYTHONDONTWRITEBYTECODE");
+    }
+}
+
 /// The cache directory to use: `dir` if cubecl can use it, else `dir` set aside (renamed
 /// `*.broken-<pid>`) and a fresh one in its place; `None` (no cache) when even that fails. The
 /// second value is what the user should hear.

@@ -118,7 +118,7 @@ pub fn run(req: &Request, command: &str) -> Result<()> {
     let held = hold(req)?;
     let mut cmd = Watched::start(command, &file.path, held, req.serve)?;
     if req.serve {
-        return serve(command, cmd, req, file);
+        return serve(cmd, req, file);
     }
     cmd.held.emit_start();
     let mut trial = Trial::default();
@@ -131,18 +131,12 @@ pub fn run(req: &Request, command: &str) -> Result<()> {
 /// goes to its stdin as `{"config": PATH}`; its `{"oom_bisect": {"trial_done": …}}` ends the trial
 /// (an `Exited` with `served`), and the holder reads the next request from its own stdin. A
 /// command that ends instead ends its trial as without `--serve`, and the holder with it. A holder
-/// started ahead (`Request::ahead`) waits for its first trial with the command started, warming
-/// the command up first where it has a warm-up and no request comes at once ([`warm_up`]).
-fn serve(command: &str, mut cmd: Watched, first: &Request, file: ConfigFile) -> Result<()> {
-    let mut requests = Requests::from_stdin();
+/// started ahead (`Request::ahead`) waits for its first trial with the command started.
+fn serve(mut cmd: Watched, first: &Request, file: ConfigFile) -> Result<()> {
+    let mut requests = std::io::stdin().lines();
     let (mut req, mut file) = (first.clone(), file);
     if first.ahead {
-        if let Some(config) = &first.warm_up {
-            if !requests.waiting(WARM_UP_GRACE) {
-                cmd = warm_up(command, cmd, config, first, &file)?;
-            }
-        }
-        match requests.next(first)? {
+        match next_request(&mut requests, first)? {
             Some(next) => (req, file) = next,
             None => {
                 cmd.close();
@@ -162,7 +156,7 @@ fn serve(command: &str, mut cmd: Watched, first: &Request, file: ConfigFile) -> 
             }
         }
         drop(file);
-        match requests.next(first)? {
+        match next_request(&mut requests, first)? {
             Some(next) => (req, file) = next,
             None => break,
         }
@@ -171,84 +165,23 @@ fn serve(command: &str, mut cmd: Watched, first: &Request, file: ConfigFile) -> 
     Ok(())
 }
 
-/// How long a holder started ahead waits for its first request before it warms its command up:
-/// the worker given the search's first trial hears of it within milliseconds, and its trial
-/// should not wait behind a warm-up.
-const WARM_UP_GRACE: Duration = Duration::from_millis(500);
-
-/// Gives the command `config` as a trial whose outcome nobody reads (its lines are consumed,
-/// nothing is emitted), so that its one-time costs (libraries loaded, kernels, its first
-/// allocations) are paid before the first trial the search waits on. A command that ends in it,
-/// or is stopped at the time limit, is started again: the first real trial inherits nothing.
-fn warm_up(
-    command: &str,
-    mut cmd: Watched,
-    config: &str,
+/// A served holder's next request, with its config file written; `None` at the end of its input.
+fn next_request(
+    requests: &mut std::io::Lines<std::io::StdinLock<'static>>,
     first: &Request,
-    named: &ConfigFile,
-) -> Result<Watched> {
-    // Named so, a command (or a test) can tell it from a trial.
-    let file = ConfigFile::write_as(config, "warm-up.toml")?;
-    cmd.give(&file.path);
-    match cmd.watch(&mut Trial::default(), deadline(first))? {
-        End::Served(_) => Ok(cmd),
-        End::Exited(_) => Watched::start(command, &named.path, cmd.quit(), true),
-    }
-}
-
-/// A served holder's requests, one JSON line each on its stdin, read on a thread of their own so
-/// that the holder can tell whether one is waiting.
-struct Requests {
-    lines: Receiver<std::io::Result<String>>,
-    /// A line read by [`Requests::waiting`] and not yet taken.
-    waiting: Option<std::io::Result<String>>,
-}
-
-impl Requests {
-    fn from_stdin() -> Requests {
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::stdin().lines() {
-                let failed = line.is_err();
-                if tx.send(line).is_err() || failed {
-                    break;
-                }
-            }
-        });
-        Requests {
-            lines,
-            waiting: None,
-        }
-    }
-
-    /// Whether a request (or the end of the input) comes within `grace`.
-    fn waiting(&mut self, grace: Duration) -> bool {
-        if self.waiting.is_none() {
-            match self.lines.recv_timeout(grace) {
-                Ok(line) => self.waiting = Some(line),
-                Err(mpsc::RecvTimeoutError::Timeout) => return false,
-                Err(mpsc::RecvTimeoutError::Disconnected) => {}
-            }
-        }
-        true
-    }
-
-    /// The next request, with its config file written; `None` at the end of the input.
-    fn next(&mut self, first: &Request) -> Result<Option<(Request, ConfigFile)>> {
-        let Some(line) = self.waiting.take().or_else(|| self.lines.recv().ok()) else {
-            return Ok(None);
-        };
-        let req: Request =
-            serde_json::from_str(&line?).context("a bad request to a served holder")?;
-        // One holder holds one ceiling: the runner starts another for a different one.
-        anyhow::ensure!(
-            (req.backend, req.ceiling) == (first.backend, first.ceiling),
-            "a served holder was asked for another backend or ceiling"
-        );
-        crate::emit::restart_clock();
-        let file = ConfigFile::write(&req.config)?;
-        Ok(Some((req, file)))
-    }
+) -> Result<Option<(Request, ConfigFile)>> {
+    let Some(line) = requests.next().transpose()? else {
+        return Ok(None);
+    };
+    let req: Request = serde_json::from_str(&line).context("a bad request to a served holder")?;
+    // One holder holds one ceiling: the runner starts another for a different one.
+    anyhow::ensure!(
+        (req.backend, req.ceiling) == (first.backend, first.ceiling),
+        "a served holder was asked for another backend or ceiling"
+    );
+    crate::emit::restart_clock();
+    let file = ConfigFile::write(&req.config)?;
+    Ok(Some((req, file)))
 }
 
 fn deadline(req: &Request) -> Option<Instant> {
@@ -400,13 +333,6 @@ impl Watched {
             let line = serde_json::json!({ "config": config }).to_string();
             let _ = writeln!(input, "{line}").and_then(|()| input.flush());
         }
-    }
-
-    /// The command is done with: whatever is left of it is swept; the ceiling stays held for the
-    /// next.
-    fn quit(mut self) -> Held {
-        self.contain.sweep();
-        self.held
     }
 
     /// No more trials: the served command hears the end of its input, gets a moment to leave, and

@@ -441,7 +441,6 @@ mod tests {
             serve: false,
             fresh: false,
             ahead: false,
-            warm_up: None,
         }
     }
 

@@ -143,12 +143,6 @@ pub struct Request {
     /// this request's config is only the one named on the command line.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ahead: bool,
-    /// A config (TOML) a holder started ahead runs once before its first trial where none is
-    /// waiting for it, its outcome unread: the command's first trial pays its one-time costs
-    /// (PyTorch's first trial took 7.2–7.8 s against 0.8–1.7 s for a later one, GPU run 46)
-    /// while the worker is idle. Never a spare's: a spare stays a fresh process for re-runs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub warm_up: Option<String>,
 }
 
 impl Ceiling {

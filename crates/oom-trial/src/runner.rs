@@ -157,6 +157,8 @@ pub struct ProcessRunner {
     pub timeout: Duration,
     /// The kernel-cache directory children share (`None`: no persistent cache).
     pub kernel_cache: Option<PathBuf>,
+    /// Where an `--exec` command's Python keeps its bytecode ([`crate::cache::python_bytecode`]).
+    pub python_bytecode: Option<PathBuf>,
     /// Words run before the binary, e.g. `srun -n1 --exact`: the trial then runs wherever that
     /// launcher puts it (a Slurm job step), with the request on its stdin as ever.
     pub launcher: Vec<String>,
@@ -229,6 +231,7 @@ impl ProcessRunner {
             .stderr(Stdio::piped())
             .process_group(0);
         crate::cache::configure(&mut cmd, self.kernel_cache.as_deref());
+        crate::cache::python_bytecode(&mut cmd, self.python_bytecode.as_deref());
         let parent = std::process::id() as libc::pid_t;
         // SAFETY: the closure runs in the forked child before exec and calls only async-signal-safe
         // functions (sigprocmask, prctl, getppid, _exit).
@@ -344,7 +347,6 @@ mod tests {
             serve: false,
             fresh: false,
             ahead: false,
-            warm_up: None,
         }
     }
 

@@ -63,25 +63,19 @@ impl ServedRunner {
             spare: Mutex::new(None),
             ahead,
         };
-        *lock(&runner.holder) = runner.start_ahead(Role::Holder);
+        *lock(&runner.holder) = runner.start_ahead();
         runner.keep_spare();
         runner
     }
 
-    /// A holder started ahead of its first trial, for `ahead`'s backend and ceiling. The worker's
-    /// holder runs `ahead`'s warm-up, if any, while it waits; a spare never does.
-    fn start_ahead(&self, role: Role) -> Option<Holder> {
+    /// A holder started ahead of its first trial, for `ahead`'s backend and ceiling.
+    fn start_ahead(&self) -> Option<Holder> {
         let template = self.ahead.as_ref()?;
         let holds = (template.backend, template.ceiling);
         let mut h = Holder::start(&self.base, holds).ok()?;
-        let warm_up = template.warm_up.clone().filter(|_| role == Role::Holder);
-        // A warmed command is not a fresh process (whether it ran the warm-up depends on when its
-        // first request came): it never takes a re-run.
-        h.used = warm_up.is_some();
         h.send(&Request {
             serve: true,
             ahead: true,
-            warm_up,
             ..self.base.holder_request(template)
         });
         Some(h)
@@ -91,7 +85,7 @@ impl ServedRunner {
     fn keep_spare(&self) {
         let mut spare = lock(&self.spare);
         if spare.is_none() {
-            *spare = self.start_ahead(Role::Spare);
+            *spare = self.start_ahead();
         }
     }
 
@@ -106,15 +100,6 @@ impl ServedRunner {
         self.keep_spare();
         Some(spare)
     }
-}
-
-/// What a holder started ahead is for.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Role {
-    /// The worker's next trials, served one after another.
-    Holder,
-    /// The next re-run: a command that ran nothing before.
-    Spare,
 }
 
 /// A running holder with its command.

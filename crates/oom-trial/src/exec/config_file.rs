@@ -24,11 +24,6 @@ pub struct ConfigFile {
 
 impl ConfigFile {
     pub fn write(config: &str) -> Result<ConfigFile> {
-        Self::write_as(config, "config.toml")
-    }
-
-    /// [`ConfigFile::write`] under the file name `name`.
-    pub fn write_as(config: &str, name: &str) -> Result<ConfigFile> {
         let tmp = temp_dir()?;
         remove_orphans(&tmp);
         let dir = tmp.join(format!(
@@ -41,7 +36,7 @@ impl ConfigFile {
             .create(&dir)
             .with_context(|| format!("could not create the private directory {}", dir.display()))?;
         let file = ConfigFile {
-            path: dir.join(name),
+            path: dir.join("config.toml"),
             dir,
         };
         check_private(&file.dir)?;

@@ -5,7 +5,9 @@
 # reference holding its ceiling, served, five at once) with each worker's holder warming its
 # command up while idle (the default) against OOM_BISECT_WARM_UP=off (run 46's behaviour),
 # alternating; accelerate's find_executable_batch_size (.gpu/accelerate_capacity.py, from
-# ../shared/tools/peers/); then the forum served, warm-up on and off. carry [".gpu"] with this
+# ../shared/tools/peers/); then the forum served, warm-up on and off. The warm-up never fired and
+# was reverted after this run (docs/performance.md, twenty-first session): OOM_BISECT_WARM_UP is
+# gone, so this script now runs the same thing twice. carry [".gpu"] with this
 # build as .gpu/oom-bisect.gz. Results: $OUT/run47.tar.gz.
 RUN=run47
 . docs/runs/prelude.sh

@@ -107,21 +107,19 @@ fn a_command_keeps_its_python_bytecode_in_the_cache_even_where_told_not_to() {
     let d = tmp("bytecode");
     let cfg = write(&d, "toy.toml", TOY);
     let (kc, mine) = (d.join("kc"), d.join("mine"));
-    let trial = |env: &[(&str, &Path)]| {
+    let (kc_arg, mine_arg) = (kc.to_str().unwrap(), mine.to_str().unwrap());
+    let trial = |cache: &str, prefix: &str| {
         let args = ["trial", "--config", cfg.to_str().unwrap()];
-        let o = Command::new(BIN)
-            .args(args)
-            .args(["--backend", "cpu", "--exec", &trainer()])
-            .current_dir(&d)
-            .env_remove("PYTHONPYCACHEPREFIX")
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .env("OOM_BISECT_KERNEL_CACHE", &kc)
-            .envs(env.iter().copied())
-            .output()
-            .unwrap();
+        let env = [
+            ("PYTHONDONTWRITEBYTECODE", "1"),
+            ("OOM_BISECT_KERNEL_CACHE", cache),
+            ("PYTHONPYCACHEPREFIX", prefix),
+        ];
+        let o = run_exec(&d, &args, &trainer(), &env);
         assert_eq!(code(&o), 0, "{}", text(&o));
     };
-    trial(&[]);
+    // An empty PYTHONPYCACHEPREFIX names no place, for Python as for us.
+    trial(kc_arg, "");
     let ours = kc.join("python-bytecode");
     assert!(
         bytecode_files(&ours) > 0,
@@ -130,7 +128,7 @@ fn a_command_keeps_its_python_bytecode_in_the_cache_even_where_told_not_to() {
     );
     // A place the user names is theirs: nothing more goes to ours.
     std::fs::remove_dir_all(&ours).unwrap();
-    trial(&[("PYTHONPYCACHEPREFIX", &mine)]);
+    trial(kc_arg, mine_arg);
     assert_eq!(bytecode_files(&ours), 0);
     assert_eq!(
         bytecode_files(&mine),
@@ -138,7 +136,7 @@ fn a_command_keeps_its_python_bytecode_in_the_cache_even_where_told_not_to() {
         "the user's own setting still holds"
     );
     // Without a kernel cache (empty), the command's environment is its own.
-    trial(&[("OOM_BISECT_KERNEL_CACHE", Path::new(""))]);
+    trial("", "");
     assert_eq!(bytecode_files(&ours), 0);
 }
 

@@ -710,10 +710,10 @@ fn the_journal_resumes_an_interrupted_bisect() {
 }
 
 /// The README's main command, then every reported boundary re-run alone with `trial`.
-/// The quickstart's report: the need measured without the ceiling, more than the ceiling, with a
+/// The quickstart's report: the need (the original's run replayed), more than the ceiling, with a
 /// breakdown that adds up to it; the size boundary at the model's own step.
 fn need_breakdown_and_fine_size(r: &Value) {
-    // Measured without the ceiling: more than the ceiling, and the breakdown adds up to it.
+    // More than the ceiling, and the breakdown adds up to it.
     let need = r["original"]["needed_bytes"].as_u64().unwrap();
     assert!(need > r["ceiling_bytes"].as_u64().unwrap(), "{need}");
     let parts: u64 = r["original"]["breakdown"]

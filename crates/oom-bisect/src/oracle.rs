@@ -52,6 +52,8 @@ pub fn measurement(r: &TrialReport) -> Measurement {
         failed_at_bytes: r.failed_at(),
         peak_in_use_bytes: r.peak_in_use_bytes,
         base_bytes: r.base_bytes,
+        need_bytes: r.need_bytes(),
+        replay_disagrees: r.replay_disagrees(),
         note,
         replayed: false,
     }

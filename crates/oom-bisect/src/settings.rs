@@ -6,6 +6,7 @@ use crate::cli::{BackendArg, BisectArgs, CeilingArgs, CeilingByArg, ConfigArgs, 
 use crate::exit_codes::{self as code, user};
 use crate::gpus;
 use anyhow::Result;
+use deeplab::config::MemoryModel;
 use deeplab::{Architecture, Config};
 use oom_search::{Budget, SearchOptions};
 use oom_trial::{fmt_bytes, parse_size, BackendKind, Ceiling, CeilingBy, Engine, Switches};
@@ -109,7 +110,7 @@ impl DeviceSettings {
                     .into(),
             );
         }
-        let ceiling_by = ceiling_by(args.ceiling_by, &engine)?;
+        let ceiling_by = ceiling_by(args.ceiling_by, &engine, config.device.memory_model())?;
         Ok(DeviceSettings {
             backend,
             ceiling,
@@ -420,9 +421,16 @@ fn check_ceiling(
 /// `--ceiling-by`, or its default, ballast: the cap lets trials share a GPU but does not yet give
 /// the ballast's boundaries everywhere (docs/performance.md); a command run by `--exec` is a
 /// process the holder cannot cap, so it is held by ballast unless it holds its ceiling itself.
-fn ceiling_by(arg: Option<CeilingByArg>, engine: &Engine) -> Result<CeilingBy> {
+fn ceiling_by(arg: Option<CeilingByArg>, engine: &Engine, model: MemoryModel) -> Result<CeilingBy> {
     let exec = matches!(engine, Engine::Exec { .. });
     match arg {
+        Some(CeilingByArg::Cap) if model == MemoryModel::Burn => Err(user(
+            code::USAGE,
+            "--ceiling-by cap caps PyTorch's caching allocator, which the `burn` memory model \
+             does not use (cubecl's own pools hold no cap): use the ballast, or \
+             `device.memory_model = \"pytorch\"`"
+                .to_string(),
+        )),
         Some(CeilingByArg::Cap) if exec => Err(user(
             code::USAGE,
             "--ceiling-by cap: a command run by --exec is a process of its own, which the \
@@ -443,23 +451,20 @@ fn ceiling_by(arg: Option<CeilingByArg>, engine: &Engine) -> Result<CeilingBy> {
     }
 }
 
-/// What the pools add to a large tensor in the trials this diagnosis runs (predictions take it off
-/// the ceiling): the built-in model's on CUDA; nothing known for the estimate, `--exec` or the CPU.
-fn pool_padding(device: &DeviceSettings, config: &Config) -> f64 {
-    match (&device.engine, device.backend) {
-        (Engine::Train, BackendKind::Cuda) => oom_trial::pool_padding(config.device.memory_model()),
-        _ => 0.0,
-    }
+/// Where a side of a boundary is re-run (`AxisOptions::rerun_within`): under the `pytorch` memory
+/// model a built-in trial's verdict is the replay of a run that repeats (fixed shapes, one
+/// deterministic allocator), so only a side whose need lies within 0.5% of the ceiling is. A
+/// `--exec` command may vary its inputs run to run, and burn's own pools are not replayed: both
+/// sides are; so for the estimate (instant), whose re-runs the tests use.
+fn rerun_within(device: &DeviceSettings, config: &Config) -> Option<f64> {
+    const NEAR: f64 = 0.005;
+    replayed(device, config).then_some(NEAR)
 }
 
-/// The share of the ceiling under which a boundary's last fit is not re-run (`AxisOptions::
-/// settled_below`): the built-in model's one-step share (`train.one_step_below`), its trials being
-/// the same shapes every run; none for `--exec`, whose command may vary its inputs run to run.
-fn settled_below(device: &DeviceSettings, config: &Config) -> f64 {
-    match device.engine {
-        Engine::Train | Engine::Estimate => config.one_step_below(),
-        Engine::Exec { .. } => 0.0,
-    }
+/// Whether the built-in trials' runs are replayed through PyTorch's caching allocator (the
+/// `pytorch` memory model): a run that reaches its end then says what it needs.
+fn replayed(device: &DeviceSettings, config: &Config) -> bool {
+    device.engine == Engine::Train && config.device.memory_model() == MemoryModel::Pytorch
 }
 
 /// Everything a diagnosis runs on.
@@ -495,8 +500,7 @@ impl BisectSettings {
                 args.confirm_runs
             },
             predict: !args.no_predict,
-            pool_padding: pool_padding(&device, &workload.config),
-            settled_below: settled_below(&device, &workload.config),
+            rerun_within: rerun_within(&device, &workload.config),
             budget: Budget {
                 max_trials: args.max_trials,
                 max_time: args.max_time,
@@ -505,6 +509,10 @@ impl BisectSettings {
             modules: on(Step::Modules),
             minimise: on(Step::Minimal),
             need: on(Step::Need),
+            // On the CPU the original reaches its end (its replay is the verdict) unless its
+            // live bytes alone pass the ceiling.
+            need_from_original: device.backend == BackendKind::Cpu
+                && replayed(&device, &workload.config),
         };
         let d = &device;
         let experiment = crate::experiment::id(

@@ -58,12 +58,19 @@ pub struct AxisSearch {
     pub trials: usize,
     /// Of which confirmation re-runs.
     pub confirmations: usize,
-    /// The last fit ran once, far below the ceiling ([`AxisOptions::settled_below`]): only the
-    /// first OOM was re-run.
+    /// Re-runs of each side of the boundary (a side is re-run only where it may differ from its
+    /// first run: [`AxisOptions::rerun_within`]).
     #[serde(default)]
-    pub settled_fit: bool,
+    pub reruns: Sides,
     /// What plain bisection would need over the same interval: ceil(log2(n)) + 2.
     pub plain_bisection: usize,
+}
+
+/// How often each side of a boundary was re-run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sides {
+    pub last_fit: u32,
+    pub first_oom: u32,
 }
 
 /// How one axis is searched.
@@ -74,17 +81,14 @@ pub struct AxisOptions {
     pub ceiling: Option<u64>,
     /// Probe where measured peaks predict the boundary before bisecting.
     pub predict: bool,
-    /// Re-run both sides of the boundary this many times (0: no re-runs).
+    /// Re-run the sides of the boundary this many times (0: no re-runs).
     pub confirm_runs: u32,
-    /// The most the device's pools add to a large tensor, as a share of its size (the size
-    /// classes' padding; 0 where unknown): a prediction takes it off the ceiling for what grows.
-    pub pool_padding: f64,
-    /// A last fit whose device peak stayed at or under this share of the ceiling is not re-run by
-    /// the confirmation, only the first OOM (0: both sides are). Far below the ceiling a built-in
-    /// trial's peak repeats to a few MiB: its shapes are fixed and, in its one step, nothing is
-    /// released (`train.one_step_below`, the same share); a re-run there finds what the first run
-    /// showed, and only the out-of-memory side, a failure, can be a flake.
-    pub settled_below: f64,
+    /// Where a trial's verdict is a replay of its run, and its run repeats (the built-in model's
+    /// trials: fixed shapes, one deterministic allocator): a side is re-run only where its need
+    /// lies within this share of the ceiling, or the device and the replay disagreed; a side
+    /// without a need (the device's own out-of-memory) is not re-run. `None`: both sides are
+    /// re-run (a command whose runs may differ).
+    pub rerun_within: Option<f64>,
 }
 
 /// Searches `axis` between indices `lo` (expected to fit) and `hi` (expected to run out of memory),
@@ -103,10 +107,8 @@ pub fn bisect_axis(
         start: s.trial_count(),
         plain_bisection: plain_bisection_trials(hi - lo + 1),
         confirm_runs: opts.confirm_runs,
-        settled_at: opts
-            .ceiling
-            .filter(|_| opts.settled_below > 0.0)
-            .map(|c| (c as f64 * opts.settled_below) as u64),
+        ceiling: opts.ceiling,
+        rerun_within: opts.rerun_within,
     };
     search.predict_beside_the_top(s, lo, hi, opts);
     let (bottom, top) = match search.check_ends(s, lo, hi) {
@@ -114,19 +116,21 @@ pub fn bisect_axis(
         Ends::Settled(verdict) => return search.done(s, verdict, 0),
     };
     let mut predictor = Predictor::new(axis, opts);
-    predictor.note_fit(bottom.index, &bottom.measurement);
+    predictor.note(bottom.index, &bottom.measurement);
+    predictor.note(top.index, &top.measurement);
     let (last_fit, first_oom, skipped) = search.narrow(s, bottom, top, &mut predictor);
     if first_oom.index - last_fit.index > 1 {
         let verdict = search.gap(last_fit, first_oom, &skipped);
         return search.done(s, verdict, 0);
     }
-    let runs = opts.confirm_runs;
-    let settled = runs > 0 && search.settled(&last_fit);
-    let verdict = search.confirm(s, last_fit, first_oom, !settled, runs);
-    let sides = if settled { 1 } else { 2 };
+    let reruns = Sides {
+        last_fit: search.reruns(&last_fit),
+        first_oom: search.reruns(&first_oom),
+    };
+    let verdict = search.confirm(s, last_fit, first_oom, reruns);
     AxisSearch {
-        settled_fit: settled,
-        ..search.done(s, verdict, sides * runs as usize)
+        reruns,
+        ..search.done(s, verdict, (reruns.last_fit + reruns.first_oom) as usize)
     }
 }
 
@@ -213,8 +217,9 @@ struct Search<'a> {
     plain_bisection: usize,
     /// Re-runs of each side of the boundary found.
     confirm_runs: u32,
-    /// The device peak at or under which a fit is not re-run ([`AxisOptions::settled_below`]).
-    settled_at: Option<u64>,
+    ceiling: Option<u64>,
+    /// See [`AxisOptions::rerun_within`].
+    rerun_within: Option<f64>,
 }
 
 impl Search<'_> {
@@ -243,17 +248,22 @@ impl Search<'_> {
             verdict,
             trials: s.trial_count() - self.start,
             confirmations,
-            settled_fit: false,
+            reruns: Sides::default(),
             plain_bisection: self.plain_bisection,
         }
     }
 
-    /// Whether `p` fitted so far below the ceiling that a re-run would only repeat it.
-    fn settled(&self, p: &Probe) -> bool {
+    /// How often the side `p` of the boundary is re-run: [`Search::confirm_runs`] times, unless its
+    /// run repeats and its need lies away from the ceiling ([`AxisOptions::rerun_within`]).
+    fn reruns(&self, p: &Probe) -> u32 {
         let m = &p.measurement;
-        match (self.settled_at, m.outcome, m.peak_bytes) {
-            (Some(at), Outcome::Fits, Some(peak)) => peak <= at,
+        let near = |within: f64| match (m.need_bytes, self.ceiling) {
+            (Some(need), Some(c)) => (need as f64 - c as f64).abs() <= within * c as f64,
             _ => false,
+        };
+        match self.rerun_within {
+            Some(within) if !m.replay_disagrees && !near(within) => 0,
+            _ => self.confirm_runs,
         }
     }
 
@@ -281,7 +291,7 @@ impl Search<'_> {
             return;
         };
         let mut predictor = Predictor::new(self.axis, o);
-        predictor.note_fit(lo, &bottom);
+        predictor.note(lo, &bottom);
         let first = predictor
             .first_guess(lo, hi)
             .filter(|_| bottom.outcome == Outcome::Fits);
@@ -412,11 +422,9 @@ impl Search<'_> {
             if guess.is_some() {
                 predictor.note_predicted(p.index, &p.measurement);
             }
+            predictor.note(p.index, &p.measurement);
             match p.measurement.outcome {
-                Outcome::Fits => {
-                    predictor.note_fit(p.index, &p.measurement);
-                    lo_p = p;
-                }
+                Outcome::Fits => lo_p = p,
                 Outcome::Oom => hi_p = p,
                 Outcome::Inconclusive => {
                     skipped.insert(i);
@@ -438,10 +446,14 @@ impl Search<'_> {
         if self.confirm_runs == 0 || !s.searching_alone() {
             return;
         }
-        // `i` with the end (or both ends) it is next to: the sides of the pairs it may close; a
-        // fit below that is settled is not re-run.
+        // `i` with the end (or both ends) it is next to: the sides of the pairs it may close; an
+        // end that would not be re-run is left out. Only where every side is re-run whatever it
+        // measured: elsewhere whether `i` is re-run depends on what it measures.
+        if self.rerun_within.is_some() {
+            return;
+        }
         let lo = lo_p.index;
-        let below = (i == lo + 1 && !self.settled(lo_p)).then_some(lo);
+        let below = (i == lo + 1).then_some(lo);
         let above = (i + 1 == hi).then_some(hi);
         let sides: Vec<usize> = below.into_iter().chain([i]).chain(above).collect();
         if sides.len() > 1 {
@@ -473,30 +485,31 @@ impl Search<'_> {
         }
     }
 
-    /// Re-runs the first OOM, and the last fit where `rerun_fit`, `runs` times each, alternating
-    /// so that a drift over time shows on both.
+    /// Re-runs each side as often as `reruns` says, alternating so that a drift over time shows
+    /// on both.
     fn confirm(
         &self,
         s: &mut Session<'_>,
         last_fit: Probe,
         first_oom: Probe,
-        rerun_fit: bool,
-        runs: u32,
+        reruns: Sides,
     ) -> AxisVerdict {
         let purpose = Purpose::Confirm {
             axis: self.axis.name.clone(),
         };
         let (mut fit_again, mut oom_again) = (vec![], vec![]);
-        let sides = match rerun_fit {
-            true => vec![last_fit.candidate.clone(), first_oom.candidate.clone()],
-            false => vec![first_oom.candidate.clone()],
-        };
-        s.expect_reruns(&sides, runs);
-        for _ in 0..runs {
-            if rerun_fit {
+        for (side, n) in [(&last_fit, reruns.last_fit), (&first_oom, reruns.first_oom)] {
+            if n > 0 {
+                s.expect_reruns(std::slice::from_ref(&side.candidate), n);
+            }
+        }
+        for k in 0..reruns.last_fit.max(reruns.first_oom) {
+            if k < reruns.last_fit {
                 fit_again.push(s.rerun(&last_fit.candidate, purpose.clone()).outcome);
             }
-            oom_again.push(s.rerun(&first_oom.candidate, purpose.clone()).outcome);
+            if k < reruns.first_oom {
+                oom_again.push(s.rerun(&first_oom.candidate, purpose.clone()).outcome);
+            }
         }
         let stable = fit_again.iter().all(|o| *o == Outcome::Fits)
             && oom_again.iter().all(|o| *o == Outcome::Oom);
@@ -517,7 +530,7 @@ impl Search<'_> {
             return AxisVerdict::Boundary {
                 last_fit,
                 first_oom,
-                confirmed: runs > 0,
+                confirmed: !fit_again.is_empty() || !oom_again.is_empty(),
             };
         }
         let message = format!(

@@ -82,10 +82,8 @@ pub struct SearchOptions {
     pub confirm_runs: u32,
     /// Probe where measured peaks predict the boundary before bisecting.
     pub predict: bool,
-    /// See [`AxisOptions::pool_padding`].
-    pub pool_padding: f64,
-    /// See [`AxisOptions::settled_below`].
-    pub settled_below: f64,
+    /// See [`AxisOptions::rerun_within`].
+    pub rerun_within: Option<f64>,
     /// Trials and time; what is not measured within it is inconclusive.
     pub budget: Budget,
     /// Which steps run.
@@ -93,8 +91,11 @@ pub struct SearchOptions {
     pub modules: bool,
     pub minimise: bool,
     /// Measure an original that runs out of memory once more without the ceiling (how much it
-    /// needs).
+    /// needs), where its own run did not say (the device stopped it).
     pub need: bool,
+    /// The original's own run usually says what it needs (the CPU, where a run reaches its end
+    /// and its replay is the verdict): the run without the ceiling is not started ahead of it.
+    pub need_from_original: bool,
 }
 
 impl SearchOptions {
@@ -103,8 +104,7 @@ impl SearchOptions {
             ceiling: self.ceiling,
             predict: self.predict,
             confirm_runs: self.confirm_runs,
-            pool_padding: self.pool_padding,
-            settled_below: self.settled_below,
+            rerun_within: self.rerun_within,
         }
     }
 }
@@ -115,13 +115,13 @@ impl Default for SearchOptions {
             ceiling: None,
             confirm_runs: 1,
             predict: true,
-            pool_padding: 0.0,
-            settled_below: 0.0,
+            rerun_within: None,
             budget: Budget::default(),
             fixes: true,
             modules: true,
             minimise: true,
             need: true,
+            need_from_original: false,
         }
     }
 }

@@ -72,8 +72,7 @@ pub fn diagnose(
 /// and each module item swapped alone. Independent of each other, so they can all run at once.
 fn oom_fan_out(space: &Space, opts: &SearchOptions) -> Vec<Candidate> {
     let base = Candidate::original();
-    let mut out: Vec<Candidate> = opts
-        .need
+    let mut out: Vec<Candidate> = (opts.need && !opts.need_from_original)
         .then(|| base.without_ceiling())
         .into_iter()
         .collect();
@@ -143,7 +142,7 @@ fn explain_oom(s: &mut Session<'_>, space: &Space, opts: &SearchOptions, d: &mut
     d.axes = axes;
     // How much the original needs without the ceiling is for the report alone: it started with the
     // fan-out and is taken here, where no step waits on it (it is the longest trial of all).
-    if opts.need {
+    if opts.need && d.original.need_bytes.is_none() {
         d.need = Some(s.measure(&Candidate::original().without_ceiling(), Purpose::Need));
     }
     if opts.fixes {

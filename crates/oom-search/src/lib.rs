@@ -17,7 +17,9 @@ mod predict;
 mod session;
 mod vocabulary;
 
-pub use bisect::{bisect_axis, bisect_axis_finely, AxisOptions, AxisSearch, AxisVerdict, Probe};
+pub use bisect::{
+    bisect_axis, bisect_axis_finely, AxisOptions, AxisSearch, AxisVerdict, Probe, Sides,
+};
 pub use ddmin::{ddmin, Reduced};
 pub use diagnosis::{
     Diagnosis, Fix, FixResult, Minimal, ModuleCost, ModuleItem, Modules, ModulesVerdict, Neighbour,

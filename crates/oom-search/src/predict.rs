@@ -1,7 +1,9 @@
-//! Where a boundary probably lies, and so where to probe next, from the peaks of trials that fit:
-//! memory is close to affine in the batch and in the number of pixels (quadratic in the input side),
-//! so a line through measured peaks predicts the largest value under the ceiling. A prediction only
-//! orders probes; it never replaces one.
+//! Where a boundary probably lies, and so where to probe next, from what trials measured. A trial
+//! whose run was replayed through the caching allocator says its need (the smallest ceiling it
+//! fits under), whether it fits or not; other trials say the peak of a fit. Memory is close to
+//! affine in the batch and in the number of pixels (quadratic in the input side), so a line
+//! through two measured points predicts the largest value under the ceiling: best the two that
+//! bracket it, else the two nearest it. A prediction only orders probes; it never replaces one.
 
 use crate::{Axis, AxisOptions, Measurement, Outcome};
 
@@ -12,16 +14,17 @@ const FAR_BELOW: f64 = 0.8;
 /// Predicted probes before plain bisection: the prediction, its neighbour and a gallop of four.
 const PREDICTED_PROBES: u32 = 6;
 
-/// `points`: `(x, peak)` of trials that fit. `base`: memory that does not scale with `x` (parameters,
-/// optimizer state, context), when measured. Returns the index of the largest value in `xs` whose
-/// predicted peak stays at or under `ceiling`, or `None` when there is nothing to fit a line to.
+/// `points`: `(x, bytes)` measured (needs, or peaks of fits). `base`: memory that does not scale
+/// with `x` (parameters, optimizer state, context), when measured. Returns the index of the largest
+/// value in `xs` whose predicted bytes stay at or under `ceiling`, or `None` when there is nothing
+/// to fit a line to.
 pub fn predict_boundary(
     points: &[(f64, f64)],
     base: Option<f64>,
     ceiling: f64,
     xs: &[f64],
 ) -> Option<usize> {
-    let (x2, y2, slope) = line(points, base)?;
+    let (x2, y2, slope) = line(points, base, ceiling)?;
     let x_star = x2 + (ceiling - y2) / slope;
     let mut best = None;
     for (i, x) in xs.iter().enumerate() {
@@ -32,16 +35,20 @@ pub fn predict_boundary(
     best
 }
 
-/// The line through the two largest of `points`, closest to the boundary (with one point, through
-/// it and `base` at x = 0): (the largest x, its peak, the slope), where memory grows along it.
-fn line(points: &[(f64, f64)], base: Option<f64>) -> Option<(f64, f64, f64)> {
+/// The line through the two of `points` nearest the boundary: the largest under `ceiling` and
+/// the smallest above it where both exist, else the two largest (with one point, through it and
+/// `base` at x = 0): (a point's x, its bytes, the slope), where memory grows along it.
+fn line(points: &[(f64, f64)], base: Option<f64>, ceiling: f64) -> Option<(f64, f64, f64)> {
     let mut pts: Vec<(f64, f64)> = points.to_vec();
     pts.sort_by(|a, b| a.0.total_cmp(&b.0));
     pts.dedup_by(|a, b| a.0 == b.0);
-    let (x1, y1, x2, y2) = match pts.as_slice() {
-        [.., (x1, y1), (x2, y2)] => (*x1, *y1, *x2, *y2),
-        [(x2, y2)] => (0.0, base?, *x2, *y2),
-        [] => return None,
+    let under = pts.iter().rev().find(|p| p.1 <= ceiling);
+    let over = pts.iter().find(|p| p.1 > ceiling);
+    let (x1, y1, x2, y2) = match (under, over, pts.as_slice()) {
+        (Some(&(x1, y1)), Some(&(x2, y2)), _) if x1 < x2 => (x1, y1, x2, y2),
+        (_, _, [.., (x1, y1), (x2, y2)]) => (*x1, *y1, *x2, *y2),
+        (_, _, [(x2, y2)]) => (0.0, base?, *x2, *y2),
+        (_, _, []) => return None,
     };
     if x2 <= x1 {
         return None;
@@ -50,9 +57,10 @@ fn line(points: &[(f64, f64)], base: Option<f64>) -> Option<(f64, f64, f64)> {
     (slope.is_finite() && slope > 0.0).then_some((x2, y2, slope))
 }
 
-/// Where to probe next, from the peaks of the fits so far. Memory held by live tensors is smooth in
-/// batch and pixels, where the device's peak moves in pool pages and, at small inputs, is mostly the
-/// context; what the device held beyond the live tensors at the largest fit is taken off the ceiling.
+/// Where to probe next, from what was measured so far: needs where trials have them; else the
+/// peaks of fits, the memory held by live tensors being smooth in batch and pixels where the
+/// device's peak moves in pool pages (what the device held beyond the live tensors at the largest
+/// fit is then taken off the ceiling).
 ///
 /// The policy: probe the predicted last fit; if the prediction was right, its neighbour closes the
 /// interval (where the prediction is the measured bottom, its neighbour is the first probe). Where
@@ -66,13 +74,11 @@ fn line(points: &[(f64, f64)], base: Option<f64>) -> Option<(f64, f64, f64)> {
 pub(crate) struct Predictor {
     xs: Vec<Option<f64>>,
     ceiling: f64,
-    fit_points: Vec<(f64, f64)>,
+    points: Vec<(f64, f64)>,
     base_bytes: Option<f64>,
+    /// What the device held beyond the live tensors at the largest fit (0 where needs are known:
+    /// a need is in the ceiling's own terms).
     overhead: f64,
-    /// The live bytes at the fit `overhead` was read at, and the share the pools add to what grows
-    /// beyond them (their padding; see [`AxisOptions::pool_padding`]).
-    overhead_live: Option<f64>,
-    padding: f64,
     /// Predicted probes left before falling back to plain bisection.
     left: u32,
     /// The last predicted probe: its index, outcome, and whether it fit far below the ceiling.
@@ -91,11 +97,9 @@ impl Predictor {
         Predictor {
             xs: axis.values.iter().map(|v| v.x).collect(),
             ceiling: o.ceiling.unwrap_or(0) as f64,
-            fit_points: vec![],
+            points: vec![],
             base_bytes: None,
             overhead: 0.0,
-            overhead_live: None,
-            padding: o.pool_padding,
             left: if o.predict && o.ceiling.is_some() {
                 PREDICTED_PROBES
             } else {
@@ -108,13 +112,16 @@ impl Predictor {
         }
     }
 
-    /// A fit at value `index`.
-    pub(crate) fn note_fit(&mut self, index: usize, m: &Measurement) {
-        if let (Some(x), Some(y)) = (self.xs[index], m.peak_in_use_bytes.or(m.peak_bytes)) {
-            self.fit_points.push((x, y as f64));
+    /// What the trial at value `index` measured: its need, whatever its outcome, else a fit's
+    /// live (or device) peak.
+    pub(crate) fn note(&mut self, index: usize, m: &Measurement) {
+        let Some(x) = self.xs[index] else { return };
+        if let Some(need) = m.need_bytes {
+            self.points.push((x, need as f64));
+        } else if let (Outcome::Fits, Some(y)) = (m.outcome, m.peak_in_use_bytes.or(m.peak_bytes)) {
+            self.points.push((x, y as f64));
             if let (Some(dev), Some(live)) = (m.peak_bytes, m.peak_in_use_bytes) {
                 self.overhead = dev.saturating_sub(live) as f64;
-                self.overhead_live = Some(live as f64);
             }
         }
         if let Some(b) = m.base_bytes {
@@ -130,7 +137,8 @@ impl Predictor {
             _ => self.streak = 0,
         }
         let far_below = !self.repredicted
-            && m.peak_bytes
+            && m.need_bytes
+                .or(m.peak_bytes)
                 .is_some_and(|b| (b as f64) < FAR_BELOW * self.ceiling);
         self.last = Some((index, m.outcome, far_below));
     }
@@ -158,17 +166,7 @@ impl Predictor {
             None | Some((_, Outcome::Fits, true)) => {
                 // A fresh prediction: its neighbour, not a turn, follows it.
                 self.last = None;
-                let raw = self.predict_unclamped(lo, hi);
-                if raw.is_some_and(|r| r <= lo) && self.padding_hides_a_step(lo) {
-                    // The line puts the last fit at `lo`, measured: `lo + 1` is its neighbour. Where
-                    // the pools' padding hides a step, a fit there says the line is off by more
-                    // than a step, and the probes gallop on as after a prediction and its
-                    // neighbour both fitting (two steps, not one). The forum's fine sizes on the
-                    // H200 (832 fits, 864 does not) went 840, 848, 856, one round each, in every
-                    // run that reached them; now 840, 856.
-                    self.last = Some((lo, Outcome::Fits, false));
-                }
-                raw.map(|r| r.clamp(lo + 1, hi - 1))
+                self.predict(lo, hi)
             }
         };
         match guess.filter(|g| open.contains(g)) {
@@ -183,38 +181,10 @@ impl Predictor {
         }
     }
 
-    /// The live bytes a value may hold and still fit: the ceiling less what the device held beyond
-    /// the live tensors at the largest fit, and less the pools' padding on what grows beyond that
-    /// fit's live bytes (device = live + overhead + padding × (live − that fit's live)). The pools'
-    /// slack grows with the value (R50 OS16 512²: 1.58 GiB beside 2.68 live at batch 4, 3.0 GiB
-    /// beside 20.5 at batch 34, GPU run 40), so a constant overhead overshoots; the padding is the
-    /// least of that growth, and the gallop corrects the rest.
+    /// The bytes a value may hold and still fit: the ceiling, less what the device held beyond the
+    /// live tensors where the points are live bytes.
     fn live_ceiling(&self) -> f64 {
-        let headroom = self.ceiling - self.overhead;
-        match self.overhead_live {
-            Some(live) => (headroom + self.padding * live) / (1.0 + self.padding),
-            None => headroom,
-        }
-    }
-
-    /// Whether the pools' padding on the live bytes of the largest fit (up to
-    /// [`AxisOptions::pool_padding`] of them) is more than what one step from `lo` adds along the
-    /// line: neighbours' device peaks may then differ by more than the step itself (the forum's
-    /// 848² held 0.28 GiB less than 840² on the H200), and the line cannot tell them apart. Never
-    /// where the pools do not pad (the CPU's exact allocator, burn's model).
-    fn padding_hides_a_step(&self, lo: usize) -> bool {
-        let next = self.xs.get(lo + 1).copied().flatten();
-        match (
-            line(&self.fit_points, self.base_bytes),
-            self.overhead_live,
-            self.xs[lo],
-            next,
-        ) {
-            (Some((_, _, slope)), Some(live), Some(x0), Some(x1)) => {
-                self.padding * live > slope * (x1 - x0)
-            }
-            _ => false,
-        }
+        self.ceiling - self.overhead
     }
 
     /// The probe [`Predictor::next_guess`] would start with between `lo` and `hi`, every value
@@ -258,8 +228,7 @@ impl Predictor {
         if sub.iter().any(|x| x.is_nan()) {
             return None;
         }
-        predict_boundary(&self.fit_points, self.base_bytes, self.live_ceiling(), &sub)
-            .map(|i| lo + i)
+        predict_boundary(&self.points, self.base_bytes, self.live_ceiling(), &sub).map(|i| lo + i)
     }
 }
 
@@ -278,47 +247,16 @@ mod tests {
         assert_eq!(p, Some(5));
     }
 
-    /// GPU run 40's capacity search (R50 OS16 512² under 24 GiB, the `pytorch` pools): the original,
-    /// batch 4, fits with 2.68 GiB live and 4.26 GiB on the device. Batch 34 fits (20.5 GiB live,
-    /// 23.5 on the device), 35 does not. A constant overhead predicts 37; the pools' padding on
-    /// what grows predicts 35, one step from the boundary instead of three.
+    /// Needs on both sides of the ceiling: the line through the pair that brackets it, not the
+    /// two largest (whose slope, past the boundary, says nothing of it).
     #[test]
-    fn the_pools_padding_on_what_grows_is_taken_off_the_ceiling() {
-        let axis = Axis {
-            name: "batch".into(),
-            noun: "batch".into(),
-            fix: None,
-            key: "data.batch".into(),
-            values: (1..=64)
-                .map(|v| crate::AxisValue {
-                    value: v.to_string(),
-                    label: v.to_string(),
-                    x: Some(v as f64),
-                })
-                .collect(),
-            original: 3,
-            fine: vec![],
-        };
-        let original = Measurement {
-            peak_bytes: Some(4_575_985_664),
-            peak_in_use_bytes: Some(2_879_505_920),
-            base_bytes: Some(340_071_424),
-            ..Measurement::new(Outcome::Fits)
-        };
-        let first = |pool_padding: f64| {
-            let o = AxisOptions {
-                ceiling: Some(24 << 30),
-                predict: true,
-                confirm_runs: 1,
-                pool_padding,
-                settled_below: 0.0,
-            };
-            let mut p = Predictor::new(&axis, &o);
-            p.note_fit(3, &original);
-            p.first_guess(3, 63).map(|i| axis.values[i].label.clone())
-        };
-        assert_eq!(first(0.0).as_deref(), Some("37"));
-        assert_eq!(first(1.0 / 16.0).as_deref(), Some("35"));
+    fn needs_on_both_sides_of_the_ceiling_bracket_the_prediction() {
+        let xs: Vec<f64> = (1..=16).map(f64::from).collect();
+        // Needs 2 + b GiB up to batch 8, then a step: the boundary under 10 GiB is 8.
+        let pts = [(4.0, 6.0), (8.0, 10.0), (12.0, 30.0), (16.0, 31.0)];
+        assert_eq!(predict_boundary(&pts, None, 10.0, &xs), Some(7));
+        // The two largest alone put it below the axis.
+        assert_eq!(predict_boundary(&pts[2..], None, 10.0, &xs), None);
     }
 
     #[test]

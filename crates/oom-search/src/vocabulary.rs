@@ -43,6 +43,15 @@ pub struct Measurement {
     /// Memory held before the first forward pass (parameters, buffers, context): the part of the peak
     /// that does not scale with batch or input size. Used to predict boundaries.
     pub base_bytes: Option<u64>,
+    /// The smallest ceiling the trial fits under, where its run was replayed through the caching
+    /// allocator (a run that reached its end): the trial's verdict is `need <= ceiling`, and the
+    /// figure predicts boundaries on both sides of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub need_bytes: Option<u64>,
+    /// The device fitted where the replay of its stream did not: the verdict is the device's, and
+    /// a boundary it stands on is re-run.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replay_disagrees: bool,
     /// Why the trial was inconclusive, or where it ran out of memory; free text for the report.
     pub note: String,
     /// Answered from the record of an earlier run (the journal), not run now: costs no budget.
@@ -58,6 +67,8 @@ impl Measurement {
             failed_at_bytes: None,
             peak_in_use_bytes: None,
             base_bytes: None,
+            need_bytes: None,
+            replay_disagrees: false,
             note: String::new(),
             replayed: false,
         }

@@ -30,8 +30,7 @@ fn opts(ceiling: u64, predict: bool, confirm_runs: u32) -> AxisOptions {
         ceiling: Some(ceiling),
         predict,
         confirm_runs,
-        pool_padding: 0.0,
-        settled_below: 0.0,
+        rerun_within: None,
     }
 }
 
@@ -390,39 +389,47 @@ fn an_overshooting_prediction_gallops_back_instead_of_bisecting_the_axis() {
     );
 }
 
-/// The forum's size axis as GPU run 43 measured it near the boundary (device and live GiB; 864²
-/// and above run out of memory): the device peak moves by the pools' size classes, not smoothly
-/// (848² holds less than 840²).
-struct ForumSizes;
+/// Trials replayed through the caching allocator say their need on both sides of the ceiling:
+/// needs rise by about 0.4 GiB a size step, with a pool's worth of noise; the prediction through the
+/// pair that brackets the ceiling lands on the boundary.
+struct Replayed;
 
-impl Oracle for ForumSizes {
+impl Oracle for Replayed {
     fn run(&mut self, c: &Candidate, _: u32) -> Measurement {
-        let (device, live) = match c.get("data.size").unwrap_or("[1024, 1024]") {
-            "[832, 832]" => (23.889, 20.489),
-            "[840, 840]" => (23.982, 20.868),
-            "[848, 848]" => (23.701, 21.252),
-            "[856, 856]" => (23.918, 21.639),
-            _ => (24.5, 22.0),
-        };
-        under_24_gib(device, live, 0.488)
+        let side: u64 = c
+            .get("data.size")
+            .map(|v| {
+                v.trim_matches(['[', ']'])
+                    .split(',')
+                    .next()
+                    .unwrap()
+                    .trim()
+                    .parse()
+                    .unwrap()
+            })
+            .unwrap_or(1024);
+        let need =
+            0.6 + 2.4e-5 * (side * side) as f64 + [0.0, 0.3, 0.1, 0.25][(side / 8 % 4) as usize];
+        let mut m = Measurement::new(if need <= 24.0 {
+            Outcome::Fits
+        } else {
+            Outcome::Oom
+        });
+        m.need_bytes = Some((need * (1u64 << 30) as f64) as u64);
+        m
     }
 }
 
-/// Where the line through the fits puts the last fit at the measured bottom, its first probe is
-/// that bottom's neighbour; where the pools' padding (1/16 on CUDA under the `pytorch` model) hides
-/// a step, a fit there gallops two steps on, not one: the forum's fine sizes between 832² (fits)
-/// and 864² (does not) took 840², 848², 856² one round each in every H200 run that reached them
-/// (runs 33–43). Without padding (the CPU) the line is trusted to a step, as before.
 #[test]
-fn a_fit_beside_a_bottom_predicted_last_gallops_two_steps_where_the_pools_pad() {
+fn needs_on_both_sides_of_the_ceiling_find_the_boundary_in_few_probes() {
     let a = Axis {
         name: "size".into(),
         noun: "input size".into(),
         fix: None,
         key: "data.size".into(),
-        values: (0..=4)
+        values: (0..=64)
             .map(|k| {
-                let side = 832 + 8 * k;
+                let side = 512 + 8 * k;
                 AxisValue {
                     value: format!("[{side}, {side}]"),
                     label: format!("{side}×{side}"),
@@ -430,31 +437,23 @@ fn a_fit_beside_a_bottom_predicted_last_gallops_two_steps_where_the_pools_pad() 
                 }
             })
             .collect(),
-        original: usize::MAX,
+        original: 64,
         fine: vec![],
     };
-    let padded = AxisOptions {
-        pool_padding: 1.0 / 16.0,
-        ..opts(24 << 30, true, 0)
-    };
-    let (probed, r) = probed_search_with(&mut ForumSizes, &a, 0, 4, &padded);
-    assert_eq!(
-        probed,
-        [
-            "original",
-            "[864, 864]",
-            "[832, 832]",
-            "[840, 840]",
-            "[856, 856]"
-        ],
-        "{r:?}"
-    );
+    let (probed, r) = probed_search(&mut Replayed, &a, 0, 64);
     match &r.verdict {
-        AxisVerdict::Boundary { last_fit, .. } => assert_eq!(last_fit.label, "856×856"),
+        AxisVerdict::Boundary {
+            last_fit,
+            first_oom,
+            ..
+        } => {
+            let need = |p: &Probe| p.measurement.need_bytes.unwrap() as f64 / (1u64 << 30) as f64;
+            assert!(need(last_fit) <= 24.0 && need(first_oom) > 24.0, "{r:?}");
+        }
         v => panic!("{v:?}"),
     }
-    let (probed, _) = probed_search(&mut ForumSizes, &a, 0, 4);
-    assert_eq!(probed[3..], ["[840, 840]", "[848, 848]", "[856, 856]"]);
+    // The original (the top), the bottom, then the predicted pair.
+    assert!(probed.len() <= 4, "{probed:?}");
 }
 
 /// [`GrowingSlack`] that also writes down, in order, what it runs and what it is told to start
@@ -679,62 +678,71 @@ fn more_confirmation_runs_catch_a_rarer_flake() {
 struct Samples {
     gib_per_sample: f64,
     ran: Vec<(String, u32)>,
+    /// A batch whose fit disagrees with its replay.
+    disagree: Option<f64>,
 }
 
 impl Oracle for Samples {
     fn run(&mut self, c: &Candidate, attempt: u32) -> Measurement {
         let b: f64 = c.get("data.batch").map_or(8.0, |v| v.parse().unwrap());
         self.ran.push((b.to_string(), attempt));
-        let peak = self.gib_per_sample * b;
-        under_24_gib(peak, peak, 0.5)
+        let need = self.gib_per_sample * b;
+        let mut m = under_24_gib(need, need, 0.5);
+        m.need_bytes = Some((need * (1u64 << 30) as f64) as u64);
+        m.replay_disagrees = self.disagree == Some(b);
+        m
     }
 }
 
-/// The confirmation re-runs a last fit only where it came near the ceiling: far below it (at or
-/// under `settled_below` of it) a re-run would repeat the first run, and only the out-of-memory
-/// side is re-run.
+/// Where trials are replayed, a side of the boundary is re-run only where its need lies within
+/// `rerun_within` of the ceiling, or the device and the replay disagreed; a side with no need
+/// (the device's own out-of-memory) is not.
 #[test]
-fn a_fit_far_below_the_ceiling_is_not_re_run() {
-    let reruns = |gib_per_sample: f64| {
+fn a_side_is_re_run_only_where_its_need_is_near_the_ceiling() {
+    let reruns = |gib_per_sample: f64, disagree: Option<f64>| {
         let a = axis("batch", "data.batch", 8);
         let mut o = Samples {
             gib_per_sample,
             ran: vec![],
+            disagree,
         };
         let mut ev = |_: &Event| {};
         let clock = TestClock::default();
         let mut s = session(&mut o, &mut ev, &clock);
         let options = AxisOptions {
-            settled_below: 0.9,
+            rerun_within: Some(0.005),
             ..opts(24 << 30, false, 1)
         };
         let r = bisect_axis(&mut s, &a, &Candidate::original(), 0, 7, &options);
-        assert!(
-            matches!(
-                r.verdict,
-                AxisVerdict::Boundary {
-                    confirmed: true,
-                    ..
-                }
-            ),
-            "{r:?}"
-        );
-        let again: Vec<String> = o
-            .ran
-            .iter()
-            .filter(|(_, n)| *n > 0)
-            .map(|(b, _)| b.clone())
-            .collect();
-        (again, r)
+        drop(s);
+        (reran(&o), r)
     };
-    // 7 GiB a sample: batch 3 fits at 21 GiB (88% of 24), batch 4 does not: only 4 re-runs.
-    let (again, r) = reruns(7.0);
-    assert_eq!(again, ["4"], "{r:?}");
-    assert_eq!((r.confirmations, r.settled_fit), (1, true));
-    // 7.5 GiB a sample: batch 3 fits at 22.5 GiB (94%): both sides re-run.
-    let (again, r) = reruns(7.5);
-    assert_eq!(again, ["3", "4"], "{r:?}");
-    assert_eq!((r.confirmations, r.settled_fit), (2, false));
+    // 7 GiB a sample: batch 3 needs 21 GiB, batch 4 28: neither near 24, neither re-run.
+    let (again, r) = reruns(7.0, None);
+    assert!(again.is_empty(), "{r:?}");
+    assert_eq!(r.reruns, Sides::default());
+    // 7.98 GiB a sample: batch 3 needs 23.94 GiB, within 0.5% of 24: re-run; batch 4 is not.
+    let (again, r) = reruns(7.98, None);
+    assert_eq!(again, ["3"], "{r:?}");
+    assert_eq!(
+        r.reruns,
+        Sides {
+            last_fit: 1,
+            first_oom: 0
+        }
+    );
+    // A last fit the device fitted where its replay did not: re-run however far its need.
+    let (again, _) = reruns(7.0, Some(3.0));
+    assert_eq!(again, ["3"]);
+}
+
+/// The batches re-run, in order.
+fn reran(o: &Samples) -> Vec<String> {
+    o.ran
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(b, _)| b.clone())
+        .collect()
 }
 
 /// A fake workload: memory is a sum of per-axis and per-module terms, with one module whose swap adds

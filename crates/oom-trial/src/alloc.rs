@@ -5,6 +5,10 @@
 //! A refusal returns null, and Rust then aborts the process (`handle_alloc_error`). Before returning,
 //! the allocator writes one line to stderr with `write(2)` directly: it must not allocate, and the
 //! process is about to die, so that line is what the parent classifies the trial from.
+//!
+//! Once [`record`] is called, every allocation and release is also noted in order (the trial's
+//! stream, which PyTorch's allocator replays: `pytorch-allocator`). The notes go to memory mapped
+//! for them, never through the allocator itself.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -107,6 +111,8 @@ unsafe impl GlobalAlloc for CountingAlloc {
         let p = unsafe { System.alloc(layout) };
         if p.is_null() {
             CURRENT.fetch_sub(layout.size(), Ordering::Relaxed);
+        } else {
+            recorder::note_alloc(p, layout.size());
         }
         p
     }
@@ -119,11 +125,16 @@ unsafe impl GlobalAlloc for CountingAlloc {
         let p = unsafe { System.alloc_zeroed(layout) };
         if p.is_null() {
             CURRENT.fetch_sub(layout.size(), Ordering::Relaxed);
+        } else {
+            recorder::note_alloc(p, layout.size());
         }
         p
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // Noted before the memory is given back: whoever gets the same address next is noted
+        // after this release.
+        recorder::note_free(ptr);
         // SAFETY: `ptr` was allocated by `System` with `layout` (through this allocator).
         unsafe { System.dealloc(ptr, layout) };
         CURRENT.fetch_sub(layout.size(), Ordering::Relaxed);
@@ -134,8 +145,14 @@ unsafe impl GlobalAlloc for CountingAlloc {
         if new_size > old && !self.admit(new_size - old) {
             return std::ptr::null_mut();
         }
+        // A caching allocator has no realloc: the old block is released, a new one requested.
+        recorder::note_free(ptr);
         // SAFETY: the caller upholds `GlobalAlloc::realloc`'s contract.
         let p = unsafe { System.realloc(ptr, layout, new_size) };
+        match p.is_null() {
+            true => recorder::note_alloc(ptr, old),
+            false => recorder::note_alloc(p, new_size),
+        }
         if p.is_null() {
             if new_size > old {
                 CURRENT.fetch_sub(new_size - old, Ordering::Relaxed);
@@ -144,6 +161,93 @@ unsafe impl GlobalAlloc for CountingAlloc {
             CURRENT.fetch_sub(old - new_size, Ordering::Relaxed);
         }
         p
+    }
+}
+
+/// The stream of allocations and releases, noted into memory of its own (`mmap`) so that noting
+/// never allocates: one pair of words an event, the index taken atomically, so that threads note
+/// in one order that agrees with each thread's own.
+pub mod recorder {
+    use pytorch_allocator::Event;
+    use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+
+    static BUF: AtomicPtr<u64> = AtomicPtr::new(std::ptr::null_mut());
+    static CAPACITY: AtomicUsize = AtomicUsize::new(0);
+    static LEN: AtomicUsize = AtomicUsize::new(0);
+    /// A release is noted with this in place of a size.
+    const FREE: u64 = u64::MAX;
+
+    /// Starts noting, with room for `events` (mapped lazily: pages the notes never reach cost
+    /// nothing). Once only; later calls change nothing.
+    pub fn record(events: usize) {
+        if !BUF.load(Ordering::SeqCst).is_null() {
+            return;
+        }
+        let bytes = events * 16;
+        // SAFETY: an anonymous private mapping, never unmapped: the notes live as long as the
+        // process.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return;
+        }
+        CAPACITY.store(events, Ordering::SeqCst);
+        BUF.store(p.cast(), Ordering::SeqCst);
+    }
+
+    fn note(ptr: *mut u8, size: u64) {
+        let buf = BUF.load(Ordering::Relaxed);
+        if buf.is_null() {
+            return;
+        }
+        let i = LEN.fetch_add(1, Ordering::Relaxed);
+        if i < CAPACITY.load(Ordering::Relaxed) {
+            // SAFETY: `i` is below the mapping's capacity, and each index is written once.
+            unsafe {
+                *buf.add(2 * i) = ptr as u64;
+                *buf.add(2 * i + 1) = size;
+            }
+        }
+    }
+
+    pub(super) fn note_alloc(ptr: *mut u8, size: usize) {
+        note(ptr, size as u64);
+    }
+
+    pub(super) fn note_free(ptr: *mut u8) {
+        note(ptr, FREE);
+    }
+
+    /// Events noted so far.
+    pub fn len() -> usize {
+        LEN.load(Ordering::SeqCst)
+    }
+
+    /// The stream noted so far, or `None` when nothing was noted or the notes overflowed.
+    pub fn stream() -> Option<Vec<Event>> {
+        let buf = BUF.load(Ordering::SeqCst);
+        let len = LEN.load(Ordering::SeqCst);
+        if buf.is_null() || len > CAPACITY.load(Ordering::SeqCst) {
+            return None;
+        }
+        let mut events = Vec::with_capacity(len);
+        for i in 0..len {
+            // SAFETY: every index below `len` lies within the mapping.
+            let (id, size) = unsafe { (*buf.add(2 * i), *buf.add(2 * i + 1)) };
+            events.push(match size {
+                FREE => Event::Free { id },
+                size => Event::Alloc { id, size },
+            });
+        }
+        Some(events)
     }
 }
 

@@ -25,6 +25,10 @@ use std::time::{Duration, Instant};
 #[cfg(feature = "cuda")]
 const MEMORY_MODEL_ENV: &str = "OOM_BISECT_MEMORY_MODEL";
 
+/// Room for the CPU trial's stream, in events (16 bytes each, mapped as they are noted): a
+/// quickstart trial notes about 100,000.
+const STREAM_ROOM: usize = 1 << 27;
+
 static PANICKED: AtomicBool = AtomicBool::new(false);
 /// The first panic's message, for the exit code.
 static FIRST_PANIC: Mutex<Option<String>> = Mutex::new(None);
@@ -156,14 +160,14 @@ pub fn main(request: &str) -> i32 {
 
 /// How memory is read on each backend.
 enum Meter {
-    Cpu,
+    /// `before`: the heap held when the stream began to be noted.
+    Cpu { before: u64, replay: bool },
     #[cfg(feature = "cuda")]
     Cuda {
         ceiling: crate::cuda::CudaCeiling,
         device: burn_cuda::CudaDevice,
         peak: u64,
-        /// Why the first reading past the ceiling was past it (`CudaCeiling::past`).
-        past: Option<String>,
+        replay: bool,
     },
 }
 
@@ -171,7 +175,7 @@ impl Meter {
     /// (bytes held by live tensors, bytes the device handed out). Call after a device sync.
     fn read(&mut self) -> (u64, u64) {
         match self {
-            Meter::Cpu => {
+            Meter::Cpu { .. } => {
                 let now = crate::alloc::in_use() as u64;
                 (now, now)
             }
@@ -180,7 +184,7 @@ impl Meter {
                 ceiling,
                 device,
                 peak,
-                past,
+                ..
             } => {
                 use cubecl::Runtime;
                 let in_use = cubecl::cuda::CudaRuntime::client(device)
@@ -189,48 +193,94 @@ impl Meter {
                     .unwrap_or(0);
                 let used = ceiling.device_used();
                 *peak = (*peak).max(used);
-                if past.is_none() {
-                    *past = ceiling.past(used);
-                }
                 (in_use, used)
             }
-        }
-    }
-
-    /// An error when a reading went past the ceiling although no page was refused: a capped
-    /// process that grew outside its pools after its last page (loaded kernels). The CPU's
-    /// ceiling is exact.
-    fn check_ceiling(&mut self) -> Result<()> {
-        self.read();
-        match self {
-            Meter::Cpu => Ok(()),
-            #[cfg(feature = "cuda")]
-            Meter::Cuda { past, .. } => match past {
-                None => Ok(()),
-                Some(m) => bail!("{m}"),
-            },
         }
     }
 
     /// The ceiling the trial runs under, in the unit of [`Meter::peak`].
     fn ceiling(&self) -> u64 {
         match self {
-            Meter::Cpu => crate::alloc::limit() as u64,
+            Meter::Cpu { .. } => crate::alloc::limit() as u64,
             #[cfg(feature = "cuda")]
             Meter::Cuda { ceiling, .. } => ceiling.ceiling_bytes,
         }
     }
 
-    /// Most memory handed out: the allocator's own peak on the CPU; on CUDA the highest device reading
-    /// (pools do not shrink, so the reading after the last step bounds what was reserved).
+    /// Requests and releases noted in the trial's stream so far.
+    fn events_noted(&self) -> usize {
+        match self {
+            Meter::Cpu { .. } => crate::alloc::recorder::len(),
+            #[cfg(feature = "cuda")]
+            Meter::Cuda { .. } => cubecl_runtime::memory_management::oom_bisect::stream_len(),
+        }
+    }
+
+    /// Whether the trial's stream is replayed through PyTorch's allocator: under the `pytorch`
+    /// memory model (burn's own pools are not PyTorch's).
+    fn replays(&self) -> bool {
+        match self {
+            Meter::Cpu { replay, .. } => *replay,
+            #[cfg(feature = "cuda")]
+            Meter::Cuda { replay, .. } => *replay,
+        }
+    }
+
+    /// The trial's stream so far: its events, the bytes held before it, the device streams that
+    /// made it, and whether the device itself holds the ceiling.
+    fn stream(&self) -> Result<(Vec<pytorch_allocator::Event>, u64, u32, bool)> {
+        match self {
+            Meter::Cpu { before, .. } => {
+                let stream = crate::alloc::recorder::stream()
+                    .ok_or_else(|| anyhow!("the trial's stream outgrew the room noted for it"))?;
+                Ok((stream, *before, 1, false))
+            }
+            #[cfg(feature = "cuda")]
+            Meter::Cuda { ceiling, .. } => {
+                let (stream, streams) = cubecl_runtime::memory_management::oom_bisect::stream();
+                Ok((stream, ceiling.context_bytes, streams, true))
+            }
+        }
+    }
+
+    /// The trial's stream replayed under its ceiling, or why it cannot be.
+    fn replayed(&self) -> Result<crate::protocol::Replayed> {
+        let (stream, before, streams, held) = self.stream()?;
+        Ok(crate::replayed::replayed(
+            &stream,
+            before,
+            self.ceiling(),
+            held,
+            streams,
+        ))
+    }
+
+    /// The most bytes PyTorch's allocator reserved for the stream so far, without a cap, with the
+    /// bytes before it: what a step's peak is, as PyTorch would hold it.
+    fn reserved_so_far(&self) -> u64 {
+        if !self.replays() {
+            return 0;
+        }
+        match self.stream() {
+            Ok((stream, before, _, _)) => {
+                before + pytorch_allocator::replay(&stream, None).stats.peak_reserved
+            }
+            Err(_) => u64::MAX,
+        }
+    }
+
+    /// Most memory handed out: the most PyTorch's allocator reserved for the stream (with the
+    /// bytes before it), or, where more, the allocator's own peak on the CPU and on CUDA the highest
+    /// device reading (pools do not shrink, so the reading after the last step bounds them).
     fn peak(&mut self) -> u64 {
         // A reading now: on CUDA it raises the highest reading to the present one.
         self.read();
-        match self {
-            Meter::Cpu => crate::alloc::peak() as u64,
+        let measured = match self {
+            Meter::Cpu { .. } => crate::alloc::peak() as u64,
             #[cfg(feature = "cuda")]
             Meter::Cuda { peak, .. } => *peak,
-        }
+        };
+        measured.max(self.reserved_so_far())
     }
 }
 
@@ -243,24 +293,28 @@ fn run(req: &Request) -> Result<()> {
             if !crate::alloc::installed() {
                 bail!("the counting allocator is not installed in this binary: the CPU ceiling cannot be enforced");
             }
+            // One thread: what a trial allocates (each thread's scratch buffers) and in which
+            // order is then the same on every host, and so is its stream's replay. Trials run
+            // side by side instead, one per core. Set before burn starts rayon's pool.
+            std::env::set_var("RAYON_NUM_THREADS", "1");
             let total = crate::host_total();
             let ceiling_bytes = req.ceiling.bytes(total);
             emit(&ChildEvent::Start {
                 backend: BackendKind::Cpu,
-                device: format!(
-                    "cpu (burn-flex, {} threads)",
-                    std::thread::available_parallelism()
-                        .map(|n| n.get())
-                        .unwrap_or(1)
-                ),
+                device: "cpu (burn-flex, one thread)".into(),
                 ceiling_bytes,
                 context_bytes: crate::alloc::in_use() as u64,
                 total_bytes: total,
                 seconds: since_start(),
             });
             crate::alloc::set_limit(ceiling_bytes as usize);
+            let before = crate::alloc::in_use() as u64;
+            let replay = config.device.memory_model() == deeplab::MemoryModel::Pytorch;
+            if replay {
+                crate::alloc::recorder::record(STREAM_ROOM);
+            }
             let device = Default::default();
-            let mut meter = Meter::Cpu;
+            let mut meter = Meter::Cpu { before, replay };
             if config.recompute() == Recompute::BurnBalanced {
                 train::<Autodiff<Flex, BalancedCheckpointing>>(&config, &device, &mut meter, req)
             } else {
@@ -320,7 +374,7 @@ fn run_cuda(config: &Config, req: &Request) -> Result<()> {
         ceiling,
         device: device.clone(),
         peak: 0,
-        past: None,
+        replay: config.device.memory_model() == deeplab::MemoryModel::Pytorch,
     };
     // Checkpointed blocks (the pytorch model) are the model's own doing; only burn's strategy is
     // a backend of its own.
@@ -427,6 +481,7 @@ fn train<B: AutodiffBackend + deeplab::pytorch::PytorchOps>(
                 in_use_bytes,
                 device_bytes,
                 seconds: since_start(),
+                events: Some(meter.events_noted()),
             });
         });
         B::sync(device).map_err(|e| anyhow!("device sync failed: {e:?}"))?;
@@ -447,9 +502,11 @@ fn train<B: AutodiffBackend + deeplab::pytorch::PytorchOps>(
     done(meter, req, check)
 }
 
-/// The trial's last event, unless it went past its ceiling without an out-of-memory (an error).
+/// The trial's last events: its stream replayed, then what it measured.
 fn done(meter: &mut Meter, req: &Request, check: f64) -> Result<()> {
-    meter.check_ceiling()?;
+    if meter.replays() {
+        emit(&ChildEvent::Replayed(meter.replayed()?));
+    }
     let peak_bytes = meter.peak();
     let peak_in_use_bytes = crate::alloc::peak() as u64;
     emit(&ChildEvent::Done {

@@ -4,9 +4,9 @@
 //!   left to the trial, and the driver's own out-of-memory fires there. Measured on the H200: after
 //!   `cuMemAlloc` of the free memory minus 8 GiB in 1 GiB chunks, `cuMemGetInfo` reported 8.00 GiB
 //!   free and burn's allocations failed at that ceiling (docs/gpu-results.md). The trial owns the GPU.
-//! - **Cap**: the vendored cubecl-runtime refuses a page when the device memory this process uses
-//!   (NVML's per-process figure: context, loaded kernels and pools) plus the page would pass the
-//!   ceiling, and reports it as the driver's out-of-memory. Nothing else is held, so several
+//! - **Cap**: the device's pools are PyTorch's caching allocator (the vendored cubecl-runtime, under
+//!   the `pytorch` memory model), capped at the ceiling less the CUDA context, as PyTorch's
+//!   `set_per_process_memory_fraction` caps its reserved bytes. Nothing else is held, so several
 //!   trials share a GPU.
 
 use crate::nvml::Gpu;
@@ -28,59 +28,15 @@ pub struct CudaCeiling {
     pub context_bytes: u64,
     pub ceiling_bytes: u64,
     ballast_bytes: u64,
-    /// Set under a cap: device use is read per process.
-    capped: bool,
+    /// Set under a cap: device use is read per process, from NVML.
+    capped: Option<Gpu>,
 }
 
-/// The GPU a capped trial runs on, for the allocator's probe (a plain `fn`, so statics).
-static CAPPED_GPU: OnceLock<Gpu> = OnceLock::new();
 /// The device's current memory pool (`cuDeviceGetMemPool`, as an address), which cubecl's
 /// stream-ordered allocations come from.
 static MEMPOOL: OnceLock<usize> = OnceLock::new();
 
-/// Bytes the stream-ordered memory pool holds but has no allocation in: pages cubecl released,
-/// which the pool may reuse for the next allocation on the stream, and returns to the device at
-/// the next synchronisation. NVML counts them as the process's.
-fn mempool_spare() -> u64 {
-    use cudarc::driver::sys::{cuMemPoolGetAttribute, CUmemPool_attribute as A};
-    let Some(&pool) = MEMPOOL.get() else {
-        return 0;
-    };
-    let read = |attr| {
-        let mut v: u64 = 0;
-        // SAFETY: `pool` is the device's memory pool (it lives as long as the device); the
-        // attribute is a 64-bit counter written to `v`.
-        let r = unsafe { cuMemPoolGetAttribute(pool as _, attr, (&mut v as *mut u64).cast()) };
-        (r == cudarc::driver::sys::CUresult::CUDA_SUCCESS).then_some(v)
-    };
-    match (
-        read(A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT),
-        read(A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT),
-    ) {
-        (Some(reserved), Some(used)) => reserved.saturating_sub(used),
-        _ => 0,
-    }
-}
-
-/// The device memory this process uses: NVML's per-process figure (context, loaded kernels, pages,
-/// the memory pool's spare). `u64::MAX` (refuse every page) when it cannot be read, so that a
-/// capped trial never grows past a ceiling it cannot see.
-fn process_used() -> u64 {
-    let Some(gpu) = CAPPED_GPU.get() else {
-        return u64::MAX;
-    };
-    match gpu.process_used(std::process::id()) {
-        Ok(Some(b)) => b,
-        _ => u64::MAX,
-    }
-}
-
-/// The allocator's probe under a cap (`oom_bisect::Probe`).
-fn device_now() -> (u64, u64) {
-    (process_used(), mempool_spare())
-}
-
-/// Remembers the device's memory pool for [`mempool_spare`].
+/// Remembers the device's memory pool for [`settle`].
 fn remember_mempool(dev: cudarc::driver::sys::CUdevice) {
     let mut pool: cudarc::driver::sys::CUmemoryPool = std::ptr::null_mut();
     // SAFETY: `dev` is a valid device and `pool` a valid out-pointer.
@@ -90,11 +46,11 @@ fn remember_mempool(dev: cudarc::driver::sys::CUdevice) {
     }
 }
 
-/// Makes the allocator's release-and-retry return released pages to the device before it retries
-/// (`oom_bisect::Settle`), under either ceiling, as PyTorch's caching allocator does.
+/// Makes the allocator's release-and-retry return the segments it released to the device before
+/// it retries (`oom_bisect::Settle`), under either ceiling, as PyTorch's caching allocator does.
 fn settle_before_retry(dev: cudarc::driver::sys::CUdevice) {
     remember_mempool(dev);
-    cubecl_runtime::memory_management::oom_bisect::DEVICE_POOLS.settle_with(settle);
+    cubecl_runtime::memory_management::oom_bisect::settle_with(settle);
 }
 
 /// The frees cubecl queued on its streams complete, and the memory pool hands every block it holds
@@ -200,11 +156,12 @@ impl CudaCeiling {
                 OwnContext::Excluded => left_free,
             },
             ballast_bytes: ballast,
-            capped: false,
+            capped: None,
         })
     }
 
-    /// The ceiling as a cap in the allocator (`CeilingBy::Cap`), the context measured by NVML.
+    /// The ceiling as a cap on the allocator's reserved bytes (`CeilingBy::Cap`): the ceiling
+    /// less this process's context, measured by NVML (other trials share the card).
     fn cap(ceiling: Ceiling) -> Result<CudaCeiling> {
         let (name, dev) = open_device()?;
         let gpu = nvml_of(dev).context("a capped ceiling reads this process's device memory")?;
@@ -227,18 +184,15 @@ impl CudaCeiling {
                 crate::fmt_bytes(ceiling_bytes - own)
             );
         }
-        let _ = CAPPED_GPU.set(gpu);
         settle_before_retry(dev);
-        let pools = &cubecl_runtime::memory_management::oom_bisect::DEVICE_POOLS;
-        pools.measure_with(device_now);
-        pools.set_cap(ceiling_bytes);
+        cubecl_runtime::memory_management::oom_bisect::set_cap(Some(ceiling_bytes - own));
         Ok(CudaCeiling {
             device_name: name,
             total_bytes: total,
             context_bytes: own,
             ceiling_bytes,
             ballast_bytes: 0,
-            capped: true,
+            capped: Some(gpu),
         })
     }
 
@@ -250,68 +204,18 @@ impl CudaCeiling {
 
     /// Device memory used by the trial and its context, ballast excluded.
     pub fn device_used(&self) -> u64 {
-        if self.capped {
-            return process_used();
+        if let Some(gpu) = &self.capped {
+            return gpu
+                .process_used(std::process::id())
+                .ok()
+                .flatten()
+                .unwrap_or(0);
         }
         match mem_info() {
             Ok((free, total)) => (total - free).saturating_sub(self.ballast_bytes),
             Err(_) => 0,
         }
     }
-
-    /// Why a reading of `used` bytes is past the ceiling although no page was refused, with what
-    /// the process held then (`None` when it is within the ceiling).
-    pub fn past(&self, used: u64) -> Option<String> {
-        // Every reading asks: the pools and the driver only once past the ceiling.
-        if used <= self.ceiling_bytes {
-            return None;
-        }
-        let pools = self.capped.then(|| {
-            let held = cubecl_runtime::memory_management::oom_bisect::DEVICE_POOLS.held();
-            (held, mempool_spare())
-        });
-        past_ceiling(used, self.ceiling_bytes, self.context_bytes, pools)
-    }
-}
-
-/// The error of a trial whose device reading went past its ceiling without a page refused: it
-/// measured nothing a card of that size would allow (never a fit, never an out-of-memory: which
-/// of a late page or a kernel loaded after the last page took it over cannot be told here, and a
-/// card of that size would retry the one and refuse the other). Under the cap, what the process
-/// held at that reading, for the reader who has to tell: `pools` is (bytes of pool pages, bytes
-/// the stream's pool held spare).
-fn past_ceiling(
-    used: u64,
-    ceiling: u64,
-    context: u64,
-    pools: Option<(u64, u64)>,
-) -> Option<String> {
-    use crate::fmt_bytes as b;
-    if used <= ceiling {
-        return None;
-    }
-    if used == u64::MAX {
-        return Some(
-            "NVML could not read this process's device memory: its ceiling was not kept".into(),
-        );
-    }
-    let held = match pools {
-        Some((pages, spare)) => format!(
-            " (at the first reading past it: {} of pool pages, {} spare in the stream's pool, {} \
-             outside them against a {} context at the start)",
-            b(pages),
-            b(spare),
-            b(used.saturating_sub(pages + spare)),
-            b(context)
-        ),
-        None => " (another process's memory on the card?)".into(),
-    };
-    Some(format!(
-        "the trial's device memory read {}, more than its ceiling ({}), without an \
-         out-of-memory: it measured nothing a card of that size would allow{held}",
-        b(used),
-        b(ceiling)
-    ))
 }
 
 /// Refuses a ceiling the device cannot give: larger than the card, on a card another process uses
@@ -360,34 +264,4 @@ fn reserve(bytes: u64) -> Result<u64> {
         left -= n;
     }
     Ok(bytes)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const GIB: u64 = 1 << 30;
-    const MIB: u64 = 1 << 20;
-
-    /// A reading past the ceiling is an error that says what the process held outside its pools
-    /// (a late kernel load or a page; the next GPU run's logs tell which).
-    #[test]
-    fn a_reading_past_the_ceiling_says_what_was_held() {
-        let (ceiling, context) = (24 * GIB, 600 * MIB);
-        assert_eq!(
-            past_ceiling(ceiling, ceiling, context, Some((GIB, 0))),
-            None
-        );
-        let m = past_ceiling(ceiling + 15 * MIB, ceiling, context, Some((23 * GIB, 0))).unwrap();
-        assert!(
-            m.contains("read 24.01 GiB, more than its ceiling (24.00 GiB)"),
-            "{m}"
-        );
-        assert!(
-            m.contains("1.01 GiB outside them against a 600.0 MiB context"),
-            "{m}"
-        );
-        let m = past_ceiling(u64::MAX, ceiling, context, Some((GIB, 0))).unwrap();
-        assert!(m.contains("NVML could not read"), "{m}");
-    }
 }

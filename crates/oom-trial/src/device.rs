@@ -90,16 +90,3 @@ pub fn host_available() -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map_or_else(host_total, |kib| kib * 1024)
 }
-
-/// The most that the device's pools add to a large tensor under `model` on CUDA, as a share of its
-/// size: PyTorch's size classes (the vendored cubecl-runtime) pad a request by up to 1/16. Zero
-/// where it is not known (burn's stock pools, a `--exec` command's allocator, the CPU's counting
-/// allocator, which pads nothing).
-pub fn pool_padding(model: deeplab::config::MemoryModel) -> f64 {
-    #[cfg(feature = "cuda")]
-    if model == deeplab::config::MemoryModel::Pytorch {
-        return cubecl_runtime::memory_management::oom_bisect::CLASS_RATIO - 1.0;
-    }
-    let _ = model;
-    0.0
-}

@@ -95,6 +95,7 @@ fn mark(stage: &str, held: u64) -> ChildEvent {
         in_use_bytes: held,
         device_bytes: held,
         seconds: 0.0,
+        events: None,
     }
 }
 

@@ -603,6 +603,7 @@ impl Peak {
             in_use_bytes: in_use,
             device_bytes: now.unwrap_or(in_use),
             seconds: since_start(),
+            events: None,
         });
     }
 

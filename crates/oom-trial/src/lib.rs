@@ -19,6 +19,7 @@ pub mod nvml;
 pub mod outcome;
 pub mod pool;
 pub mod protocol;
+pub mod replayed;
 pub mod runner;
 pub mod served;
 pub mod switches;
@@ -44,7 +45,6 @@ mod units;
 
 pub use device::{
     cuda_device, cuda_device_count, cuda_free_bytes, cuda_total_bytes, host_available, host_total,
-    pool_padding,
 };
 pub use shell::shell_word;
 pub use units::{fmt_bytes, parse_size};

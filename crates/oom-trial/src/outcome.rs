@@ -4,7 +4,7 @@
 //! read back after the last step (a non-finite one is a measured run that diverged: `diverged`).
 
 use crate::classify::{classify_message, classify_output, in_use_at_failure, MessageKind};
-use crate::protocol::{exit, BackendKind, ChildEvent, Exited, Location};
+use crate::protocol::{exit, BackendKind, ChildEvent, Exited, Location, Replayed};
 use deeplab::Phase;
 use serde::{Deserialize, Serialize};
 
@@ -121,6 +121,9 @@ pub struct TrialReport {
     /// memory's verdict; the report says the training itself would not have learned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diverged: Option<String>,
+    /// A built-in trial that ran to its end: its stream replayed through PyTorch's allocator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocator: Option<Replayed>,
 }
 
 impl TrialReport {
@@ -164,7 +167,23 @@ impl TrialReport {
             place: None,
             peak_source: None,
             diverged: None,
+            allocator: None,
         }
+    }
+
+    /// The smallest ceiling the trial fits under, as PyTorch's allocator holds its stream.
+    pub fn need_bytes(&self) -> Option<u64> {
+        self.allocator.as_ref().map(|a| a.need_bytes)
+    }
+
+    /// The device fitted under the ceiling where the replay of its stream does not: the device's
+    /// verdict stands, and the report says so.
+    pub fn replay_disagrees(&self) -> bool {
+        self.outcome == TrialOutcome::Fits
+            && self
+                .allocator
+                .as_ref()
+                .is_some_and(|a| a.fails_at.is_some())
     }
 }
 
@@ -176,6 +195,8 @@ struct Trace {
     done: Option<f64>,
     /// `--exec`: how the user's command ended.
     exited: Option<Exited>,
+    /// Each reading's place, with its place in the trial's stream.
+    marks: Vec<(Location, usize)>,
 }
 
 /// Assembles and classifies a trial from what the child left behind.
@@ -232,7 +253,11 @@ fn read_event(r: &mut TrialReport, t: &mut Trace, e: &ChildEvent) {
             in_use_bytes,
             device_bytes,
             seconds,
+            events,
         } => {
+            if let Some(n) = events {
+                t.marks.push((at.clone(), *n));
+            }
             r.stages.push(StageMemory {
                 step: at.step,
                 phase: at.phase,
@@ -261,6 +286,7 @@ fn read_event(r: &mut TrialReport, t: &mut Trace, e: &ChildEvent) {
             r.peak_source = x.peak_source.clone();
             t.exited = Some(x.clone());
         }
+        ChildEvent::Replayed(x) => r.allocator = Some(x.clone()),
         ChildEvent::Done {
             check,
             peak_bytes,
@@ -352,8 +378,35 @@ fn classify(r: &mut TrialReport, t: Trace, exit: ChildExit, stderr: &str) {
     let (outcome, error) = by_exit(exit, t.done, t.last_at, stderr, r.wall_seconds);
     r.outcome = outcome;
     r.error = error;
-    if let (TrialOutcome::Fits, Some(check)) = (outcome, t.done) {
+    if outcome == TrialOutcome::Fits {
+        judge_by_replay(r, &t.marks);
+    }
+    if let (TrialOutcome::Fits, Some(check)) = (r.outcome, t.done) {
         r.diverged = divergence(&r.steps, check);
+    }
+}
+
+/// A run that reached its end is out of memory where the replay of its stream is and the device
+/// did not hold the ceiling itself (the CPU; a run under a looser ceiling): at the reading before
+/// the request that cannot be served.
+fn judge_by_replay(r: &mut TrialReport, marks: &[(Location, usize)]) {
+    let Some(a) = &r.allocator else { return };
+    let (Some(f), false) = (a.fails_at, a.device_held_ceiling) else {
+        return;
+    };
+    let at = marks
+        .iter()
+        .rev()
+        .find(|(_, n)| *n <= f.index)
+        .map(|(l, _)| l);
+    let message = format!(
+        "PyTorch's caching allocator, replaying this trial's stream under the ceiling, cannot \
+         serve a request of {} bytes with {} bytes allocated, after {} retries",
+        f.bytes, f.allocated_bytes, a.retries_at_ceiling
+    );
+    set_oom(r, at, message, Some(f.bytes));
+    if let Some(o) = &mut r.oom {
+        o.in_use_bytes = Some(f.allocated_bytes);
     }
 }
 

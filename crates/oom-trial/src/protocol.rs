@@ -236,6 +236,10 @@ pub enum ChildEvent {
         /// Seconds since the child started.
         #[serde(default)]
         seconds: f64,
+        /// Requests and releases noted in the trial's stream so far: where in the stream this
+        /// reading stands ([`Replayed::fails_at`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        events: Option<usize>,
     },
     /// A training step finished.
     Step {
@@ -250,6 +254,8 @@ pub enum ChildEvent {
     Panic { thread: String, message: String },
     /// `--exec`: the user's command ended; the holder's last line.
     Exited(Exited),
+    /// The trial's stream, replayed (after its steps, before [`ChildEvent::Done`]).
+    Replayed(Replayed),
     /// All steps ran and the check value was read back.
     Done {
         #[serde(with = "any_float")]
@@ -257,6 +263,54 @@ pub enum ChildEvent {
         peak_bytes: u64,
         peak_in_use_bytes: u64,
     },
+}
+
+/// The trial's stream of buffer requests and releases, replayed through PyTorch's caching
+/// allocator (`pytorch-allocator`): what the trial needs as PyTorch would hold those buffers, and
+/// whether it fits under its ceiling. Bytes "before the stream" are what the device held before
+/// the first request was noted: the CUDA context, or on the CPU the process's own heap.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Replayed {
+    /// Requests and releases replayed.
+    pub events: usize,
+    /// The smallest ceiling the stream fits under: the smallest cap on reserved bytes (a whole
+    /// number of 2 MiB granules) plus the bytes before the stream.
+    pub need_bytes: u64,
+    /// Under that cap, the most bytes allocated at once: the rest of the need is held in segments
+    /// that earlier requests split, which the allocator cannot give back.
+    pub allocated_bytes: u64,
+    /// Under that cap, how often the allocator released its cached segments to retry.
+    pub retries: u64,
+    /// Without a cap, the most bytes reserved at once, plus the bytes before the stream.
+    pub reserved_bytes: u64,
+    /// Under the trial's own ceiling: the request that cannot be served (its place in the stream
+    /// and its size), or `None` where the stream fits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fails_at: Option<FailedRequest>,
+    /// Under the trial's own ceiling, the allocator's retries.
+    pub retries_at_ceiling: u64,
+    /// Whether the device itself ran under the ceiling the replay judges (a CUDA trial under its
+    /// ceiling): where the device fits and the replay does not, the device's verdict stands and
+    /// the report says they disagree.
+    pub device_held_ceiling: bool,
+    /// Device streams that made requests (cubecl makes one per thread); several are replayed as
+    /// one, which PyTorch would not do.
+    #[serde(default = "one")]
+    pub streams: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// The request PyTorch's allocator cannot serve under a ceiling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailedRequest {
+    /// Its place in the stream (events before it).
+    pub index: usize,
+    pub bytes: u64,
+    /// Bytes allocated when it was asked.
+    pub allocated_bytes: u64,
 }
 
 /// How a `--exec` command ended, and what the holder measured while it ran.

@@ -258,6 +258,11 @@ impl Allocator {
         }))
     }
 
+    /// `empty_cache` (`torch.cuda.empty_cache()`): the cached whole segments go back to the device.
+    pub fn empty_cache(&mut self, device: &mut impl Device) {
+        self.release_cached(device);
+    }
+
     /// `release_cached_blocks`: every free block that is a whole segment goes back to the device;
     /// segments with a block in use stay, with their free blocks.
     fn release_cached(&mut self, device: &mut impl Device) {

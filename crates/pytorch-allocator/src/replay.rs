@@ -18,8 +18,8 @@ pub enum Event {
 pub struct Replay {
     /// The counters at the end, or at the out-of-memory.
     pub stats: Stats,
-    /// The request that could not be served, if one could not.
-    pub oom: Option<OutOfMemory>,
+    /// The request that could not be served, if one could not, and its place in the stream.
+    pub oom: Option<(usize, OutOfMemory)>,
     /// Bytes held in free blocks of partly used segments when the reserved bytes peaked.
     pub held_at_peak: u64,
 }
@@ -35,7 +35,7 @@ pub fn replay<'a>(events: impl IntoIterator<Item = &'a Event>, cap: Option<u64>)
     let mut a = Allocator::new(cap);
     let mut live: BTreeMap<u64, BlockId> = BTreeMap::new();
     let mut held_at_peak = 0;
-    for event in events {
+    for (index, event) in events.into_iter().enumerate() {
         match *event {
             Event::Alloc { id, size } => {
                 let before = a.stats().peak_reserved;
@@ -44,7 +44,7 @@ pub fn replay<'a>(events: impl IntoIterator<Item = &'a Event>, cap: Option<u64>)
                     Err(oom) => {
                         return Replay {
                             stats: a.stats(),
-                            oom: Some(oom),
+                            oom: Some((index, oom)),
                             held_at_peak,
                         }
                     }

@@ -72,9 +72,14 @@ impl Context<'_> {
         self.report(&Candidate::original().without_ceiling())
     }
 
-    /// The run whose memory the breakdown splits: the original without the ceiling when it ran
-    /// out of memory under it, else the original itself (when it fits).
+    /// The run whose need the verdict gives and whose memory the breakdown splits: the original
+    /// where its run was replayed (it reached its end, over the ceiling or not), else the original
+    /// without the ceiling when it ran out of memory under it, else the original when it fits.
     pub fn whole_run(&self) -> Option<(&TrialReport, &'static str)> {
+        let replayed = |r: &&TrialReport| r.allocator.is_some();
+        if let Some(r) = self.original_report().filter(replayed) {
+            return Some((r, "the original"));
+        }
         let fits = |r: &&TrialReport| r.outcome == oom_trial::TrialOutcome::Fits;
         match self.need_report().filter(fits) {
             Some(r) => Some((r, "the original without the ceiling")),

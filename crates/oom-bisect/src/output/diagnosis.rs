@@ -9,10 +9,10 @@ use crate::kinds::{self, AxisKind};
 use oom_search::{AxisVerdict, Diagnosis, FixResult, ModulesVerdict, Outcome};
 use oom_trial::fmt_bytes;
 
-fn peak_of(f: &FixResult) -> String {
-    f.measurement
-        .peak_bytes
-        .map(|p| format!(" ({})", fmt_bytes(p)))
+/// " (needs 24.1 GiB)": a fit's figure, for a sentence.
+fn figure_of(m: &oom_search::Measurement) -> String {
+    super::figure(m)
+        .map(|f| format!(" ({f})"))
         .unwrap_or_default()
 }
 
@@ -122,9 +122,8 @@ fn in_short(d: &Diagnosis, cx: &Context<'_>, split: Option<&Split<'_>>) -> Optio
         }) if items.len() == 1 => format!(
             "; the block whose removal saves most is {}{}",
             items[0],
-            measurement
-                .peak_bytes
-                .map(|p| format!(" (without it: {})", fmt_bytes(p)))
+            super::figure(measurement)
+                .map(|f| format!(" (without it, it {f})"))
                 .unwrap_or_default()
         ),
         _ => String::new(),
@@ -185,7 +184,7 @@ fn what_fits(d: &Diagnosis) -> Vec<String> {
         (false, false) => vec![format!(
             "Single changes that make it fit, the least change to the training first: {}.",
             fits.iter()
-                .map(|f| format!("{}{}", f.change, peak_of(f)))
+                .map(|f| format!("{}{}", f.change, figure_of(&f.measurement)))
                 .collect::<Vec<_>>()
                 .join("; ")
         )],
@@ -196,9 +195,9 @@ fn what_fits(d: &Diagnosis) -> Vec<String> {
     }) = &d.modules
     {
         out.push(format!(
-            "Swapping {} for identity also makes it fit ({}), but changes the model.",
+            "Swapping {} for identity also makes it fit{}, but changes the model.",
             items.join(" and "),
-            measurement.peak_bytes.map(fmt_bytes).unwrap_or_default()
+            figure_of(measurement)
         ));
     }
     out

@@ -17,29 +17,33 @@ pub struct Part {
     pub fixed: bool,
 }
 
-/// The peak of `r` (a built-in trial of `config` that ran to the end) split into its parts. The
-/// weights, optimizer state and batch are exact sizes; the gradients are those the model's
-/// estimate has alive at its peak (all of them when the peak is the optimizer step), at most what
-/// the measurement leaves; activations are the measured in-use peak less those; slack is the
-/// device peak less what was in use and the context. `None` when the trial has no peak to split.
+/// The bytes [`breakdown`] splits: the need where the run was replayed through the caching
+/// allocator, else the peak.
+pub fn whole(r: &TrialReport) -> Option<u64> {
+    r.need_bytes().or(r.peak_bytes)
+}
+
+/// The need (or peak) of `r` (a built-in trial of `config` that ran to the end) split into its
+/// parts. The weights, optimizer state and batch are exact sizes; the gradients are those the
+/// model's estimate has alive at its peak (all of them when the peak is the optimizer step), at
+/// most what the measurement leaves; activations are the allocated peak (or the in-use peak) less
+/// those; what the caching allocator held beyond it is in segments that earlier requests split.
+/// `None` when the trial has nothing to split.
 pub fn breakdown(r: &TrialReport, config: &Config) -> Option<Vec<Part>> {
-    let peak = r.peak_bytes?;
+    let peak = whole(r)?;
     let arch = Architecture::new(config).ok()?;
     let params = arch.params();
     let res = arch.resident(config, params);
-    // The CPU's counting allocator has no cache and no context worth naming: its peak is in use.
+    // On the CPU what the process held before the model is a few KiB of its heap: not a part.
     let cuda = r.backend == Some(BackendKind::Cuda);
-    let context = if cuda {
-        r.context_bytes.unwrap_or(0)
-    } else {
-        0
+    let context = match cuda {
+        true => r.context_bytes.unwrap_or(0).min(peak),
+        false => 0,
     };
-    let in_use = match cuda {
-        true => r
-            .peak_in_use_bytes
-            .unwrap_or(peak)
-            .min(peak - context.min(peak)),
-        false => peak,
+    let in_use = match (&r.allocator, cuda) {
+        (Some(a), _) => a.allocated_bytes.min(peak - context),
+        (None, true) => r.peak_in_use_bytes.unwrap_or(peak).min(peak - context),
+        (None, false) => peak,
     };
     let state = match config.train.phase {
         Phase::Step => res.optimizer_state,
@@ -81,13 +85,20 @@ pub fn breakdown(r: &TrialReport, config: &Config) -> Option<Vec<Part>> {
             fixed: false,
         },
     ];
-    if cuda {
+    if r.allocator.is_some() || cuda {
         parts.push(Part {
-            part: "allocator slack",
-            bytes: peak - context.min(peak) - in_use,
-            how: "held by the memory pools but not in use at the highest reading".into(),
+            part: "held, not in use",
+            bytes: peak - context - in_use,
+            how: match r.allocator {
+                Some(_) => "free blocks of segments that earlier requests split, which the \
+                            allocator cannot give back"
+                    .into(),
+                None => "held by the memory pools but not in use at the highest reading".into(),
+            },
             fixed: false,
         });
+    }
+    if cuda {
         parts.push(Part {
             part: "CUDA context",
             bytes: context,
@@ -129,9 +140,30 @@ pub fn breakdown_text(parts: &[Part], peak: u64) -> String {
     s
 }
 
-/// "needs 183.2 MiB, has 175.0 MiB (+4.7%)", from the run without the ceiling; or why the need is
-/// not known.
+/// "needs 250.0 MiB (212.9 MiB allocated + 37.1 MiB held in split segments, 1 retry), has 245.0
+/// MiB (+2.0%)" from a run replayed through the caching allocator; "needs 183.2 MiB, has …" from
+/// the peak of a run without the ceiling; or why the need is not known.
 pub fn need_text(need: &TrialReport, ceiling: u64) -> String {
+    if let Some(a) = &need.allocator {
+        let context = match need.backend {
+            Some(BackendKind::Cuda) => need.context_bytes.unwrap_or(0),
+            _ => 0,
+        };
+        let held = a.need_bytes.saturating_sub(context + a.allocated_bytes);
+        return format!(
+            "needs {} ({} allocated + {} held in split segments{}, {}), has {} ({:+.1}%)",
+            fmt_bytes(a.need_bytes),
+            fmt_bytes(a.allocated_bytes),
+            fmt_bytes(held),
+            match context {
+                0 => String::new(),
+                c => format!(" + {} CUDA context", fmt_bytes(c)),
+            },
+            retries(a.retries),
+            fmt_bytes(ceiling),
+            100.0 * (a.need_bytes as f64 / ceiling.max(1) as f64 - 1.0)
+        );
+    }
     match (need.outcome, need.peak_bytes) {
         (TrialOutcome::Fits, Some(p)) => format!(
             "needs {}, has {} ({:+.1}%)",
@@ -151,6 +183,15 @@ pub fn need_text(need: &TrialReport, ceiling: u64) -> String {
             fmt_bytes(ceiling),
             need.error.as_deref().unwrap_or("no peak")
         ),
+    }
+}
+
+/// "no retry", "1 retry", "3 retries": how often the allocator released its cache to retry.
+pub fn retries(n: u64) -> String {
+    match n {
+        0 => "no retry".into(),
+        1 => "1 retry".into(),
+        n => format!("{n} retries"),
     }
 }
 

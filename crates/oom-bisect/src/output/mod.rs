@@ -59,13 +59,24 @@ pub fn outcome_word(o: oom_search::Outcome) -> &'static str {
 /// A measurement in a table row: `fits   peak 1.2 GiB`, `OOM`, or `??     why`.
 pub fn outcome_cell(m: &oom_search::Measurement) -> String {
     use oom_search::Outcome;
-    match (m.outcome, m.peak_bytes) {
-        (Outcome::Fits, Some(p)) if m.note.is_empty() => {
-            format!("fits   peak {}", oom_trial::fmt_bytes(p))
-        }
-        (Outcome::Fits, Some(p)) => format!("fits   peak {} ({})", oom_trial::fmt_bytes(p), m.note),
+    let word = outcome_word(m.outcome);
+    match (m.outcome, figure(m)) {
         (Outcome::Inconclusive, _) => format!("??     {}", m.note),
-        (o, _) => outcome_word(o).to_string(),
+        (Outcome::Fits, Some(f)) if !m.note.is_empty() => format!("{word:<6} {f} ({})", m.note),
+        (_, Some(f)) => format!("{word:<6} {f}"),
+        (_, None) => word.to_string(),
+    }
+}
+
+/// A trial's figure in a row: what it needs where its run was replayed through the caching
+/// allocator ("needs 24.10 GiB", whatever its outcome), else the peak of a fit.
+pub fn figure(m: &oom_search::Measurement) -> Option<String> {
+    match (m.need_bytes, m.outcome, m.peak_bytes) {
+        (Some(n), _, _) => Some(format!("needs {}", oom_trial::fmt_bytes(n))),
+        (None, oom_search::Outcome::Fits, Some(p)) => {
+            Some(format!("peak {}", oom_trial::fmt_bytes(p)))
+        }
+        _ => None,
     }
 }
 

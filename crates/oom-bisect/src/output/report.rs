@@ -9,16 +9,19 @@ use oom_search::{AxisSearch, AxisVerdict, Diagnosis, Minimal, ModulesVerdict, Ou
 use oom_trial::fmt_bytes;
 use serde_json::{json, Value};
 
-/// A probe's figure: the peak of one that fits, what was in use when one ran out of memory.
+/// A probe's figure: what it needs where its run was replayed, the peak of a fit, what was in use
+/// when one ran out of memory on the device.
 fn peak(p: &Probe, cx: &Context<'_>) -> String {
-    match (p.measurement.outcome, p.measurement.peak_bytes) {
-        (Outcome::Fits, Some(b)) => fmt_bytes(b),
-        (Outcome::Oom, _) => cx
+    if let Some(f) = super::figure(&p.measurement) {
+        return f;
+    }
+    match p.measurement.outcome {
+        Outcome::Oom => cx
             .report(&p.candidate)
             .map(memory::oom_text)
             .unwrap_or_else(|| "out of memory".into()),
-        (Outcome::Inconclusive, _) => "inconclusive".into(),
-        (_, None) => "-".into(),
+        Outcome::Inconclusive => "inconclusive".into(),
+        Outcome::Fits => "-".into(),
     }
 }
 
@@ -44,7 +47,7 @@ fn boundary_row(a: &AxisSearch, cx: &Context<'_>) -> String {
             format!("{} ({})", last_fit.label, peak(last_fit, cx)),
             format!("{} ({})", first_oom.label, peak(first_oom, cx)),
             if *confirmed {
-                confirmed_runs(a, last_fit)
+                confirmed_runs(a, last_fit, first_oom)
             } else if a.confirmations > 0 {
                 ", unconfirmed (the budget ran out before the re-runs)".to_string()
             } else {
@@ -58,21 +61,15 @@ fn boundary_row(a: &AxisSearch, cx: &Context<'_>) -> String {
     }
 }
 
-/// `, confirmed 2/2`: how many runs of each side agreed; where the last fit ran once, far below
-/// the ceiling, the first OOM's runs and a word on it.
-fn confirmed_runs(a: &AxisSearch, last_fit: &Probe) -> String {
-    match a.settled_fit {
-        true => {
-            let n = a.confirmations + 1;
-            format!(
-                ", confirmed {n}/{n} ({} ran once: far below the ceiling)",
-                last_fit.label
-            )
-        }
-        false => {
-            let n = a.confirmations / 2 + 1;
-            format!(", confirmed {n}/{n}")
-        }
+/// `, confirmed 2/2`: how many runs of the sides re-run agreed, and which side ran once (its need
+/// away from the ceiling, or the device's own out-of-memory).
+fn confirmed_runs(a: &AxisSearch, last_fit: &Probe, first_oom: &Probe) -> String {
+    let once = |p: &Probe| format!(" ({} ran once)", p.label);
+    match (a.reruns.last_fit, a.reruns.first_oom) {
+        (0, 0) => String::new(),
+        (0, n) => format!(", confirmed {}/{}{}", n + 1, n + 1, once(last_fit)),
+        (n, 0) => format!(", confirmed {}/{}{}", n + 1, n + 1, once(first_oom)),
+        (n, _) => format!(", confirmed {}/{}", n + 1, n + 1),
     }
 }
 
@@ -162,16 +159,20 @@ fn verdict(d: &Diagnosis, cx: &Context<'_>) -> String {
     let o = &d.original;
     match o.outcome {
         Outcome::Oom => {
-            let need = match (cx.need_report(), cx.ceiling) {
+            let run = cx.whole_run().map(|(r, _)| r).or(cx.need_report());
+            let need = match (run, cx.ceiling) {
                 (Some(n), Some(c)) => format!(": it {}", memory::need_text(n, c)),
                 _ => format!(" under {ceiling}"),
             };
             format!("Verdict: the original configuration runs OUT OF MEMORY{need}.\n")
         }
         Outcome::Fits => {
-            let p = o.peak_bytes.unwrap_or(0);
+            let (p, what) = match o.need_bytes {
+                Some(n) => (n, "needs"),
+                None => (o.peak_bytes.unwrap_or(0), "peak"),
+            };
             format!(
-                "Verdict: the original configuration FITS: peak {} of {ceiling}, headroom {}.\n",
+                "Verdict: the original configuration FITS: {what} {} of {ceiling}, headroom {}.\n",
                 fmt_bytes(p),
                 cx.ceiling
                     .map(|c| fmt_bytes(c.saturating_sub(p)))
@@ -190,11 +191,15 @@ fn where_the_memory_is(cx: &Context<'_>) -> String {
     let (Some((r, which)), Some(parts)) = (cx.whole_run(), cx.breakdown()) else {
         return String::new();
     };
-    let peak = r.peak_bytes.unwrap_or(0);
+    let whole = memory::whole(r).unwrap_or(0);
+    let at = match r.allocator {
+        Some(_) => format!("what {which} needs"),
+        None => format!("the peak of {which}"),
+    };
     format!(
-        "\nWhere the memory is, at the peak of {which} ({}):\n{}",
-        fmt_bytes(peak),
-        memory::breakdown_text(&parts, peak)
+        "\nWhere the memory is, in {at} ({}):\n{}",
+        fmt_bytes(whole),
+        memory::breakdown_text(&parts, whole)
     )
 }
 
@@ -249,10 +254,7 @@ fn modules(d: &Diagnosis) -> String {
         }) => format!(
             "\nModules: swapping {{{}}} for identity makes it fit ({}){}{}.\n",
             items.join(", "),
-            measurement
-                .peak_bytes
-                .map(fmt_bytes)
-                .unwrap_or_else(|| measurement.outcome.to_string()),
+            super::figure(measurement).unwrap_or_else(|| measurement.outcome.to_string()),
             match (items.len(), *one_minimal) {
                 (1, _) => "",
                 (_, true) => "; no single module does, and swapping any one fewer does not",
@@ -283,9 +285,13 @@ fn module_costs(d: &Diagnosis) -> String {
         return String::new();
     }
     let mut rows: Vec<&oom_search::ModuleCost> = d.module_costs.iter().collect();
-    rows.sort_by_key(|c| match c.measurement.outcome {
-        Outcome::Fits => (false, c.measurement.peak_bytes.unwrap_or(u64::MAX)),
-        _ => (true, 0),
+    rows.sort_by_key(|c| {
+        let m = &c.measurement;
+        match (m.need_bytes, m.outcome) {
+            (Some(need), _) => (false, need),
+            (None, Outcome::Fits) => (false, m.peak_bytes.unwrap_or(u64::MAX)),
+            _ => (true, 0),
+        }
     });
     let mut s = "  each module swapped alone for identity:\n".to_string();
     for c in rows {
@@ -336,8 +342,8 @@ fn minimal(d: &Diagnosis, cx: &Context<'_>) -> String {
     for n in &m.neighbours {
         let what = match n.measurement.outcome {
             Outcome::Fits => format!(
-                "fits, peak {}",
-                n.measurement.peak_bytes.map(fmt_bytes).unwrap_or_default()
+                "fits, {}",
+                super::figure(&n.measurement).unwrap_or_default()
             ),
             Outcome::Oom => "still OOM".into(),
             Outcome::Inconclusive => format!("inconclusive: {}", n.measurement.note),
@@ -388,6 +394,7 @@ fn probe_json(p: &Probe) -> Value {
             .then_some(p.measurement.peak_bytes)
             .flatten(),
         "failed_at_bytes": p.measurement.failed_at_bytes,
+        "need_bytes": p.measurement.need_bytes,
     })
 }
 
@@ -421,7 +428,7 @@ fn boundary_json(d: &Diagnosis, a: &AxisSearch) -> Value {
         "message": message,
         "trials": a.trials,
         "confirmations": a.confirmations,
-        "last_fit_ran_once": a.settled_fit,
+        "reruns": {"last_fit": a.reruns.last_fit, "first_oom": a.reruns.first_oom},
         "plain_bisection_trials": a.plain_bisection,
     })
 }
@@ -438,6 +445,7 @@ fn minimal_json(m: &Minimal, cx: &Context<'_>) -> Value {
             "candidate": n.candidate.to_sets(),
             "outcome": n.measurement.outcome,
             "peak_bytes": n.measurement.peak_bytes,
+            "need_bytes": n.measurement.need_bytes,
         })).collect::<Vec<_>>(),
     })
 }
@@ -456,8 +464,12 @@ pub fn json(d: &Diagnosis, cx: &Context<'_>) -> Value {
             "note": d.original.note,
             "oom": cx.original_report().and_then(|r| r.oom.clone()),
             "stages": cx.original_report().map(|r| r.stages.clone()),
-            // Measured without the ceiling; null when not measured or when even that ran out.
-            "needed_bytes": d.need.as_ref().filter(|m| m.outcome == Outcome::Fits).and_then(|m| m.peak_bytes),
+            // The original's own replayed need, else measured without the ceiling; null when not
+            // measured or when even that ran out.
+            "needed_bytes": d.original.need_bytes.or_else(|| d.need.as_ref().and_then(|m| match m.outcome {
+                Outcome::Fits => m.need_bytes.or(m.peak_bytes),
+                _ => None,
+            })),
             "need": d.need,
             "breakdown": cx.breakdown(),
         },
@@ -513,11 +525,10 @@ fn swapped_ids(c: &oom_search::Candidate, cx: &Context<'_>) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use oom_search::{AxisSearch, AxisVerdict, Probe};
+    use oom_search::{AxisSearch, AxisVerdict, Probe, Sides};
     use oom_search::{Candidate, Diagnosis, Measurement, ModuleCost, Outcome};
 
-    /// Runs of each side that agreed: both sides re-run, or only the first OOM where the last fit
-    /// ran once far below the ceiling.
+    /// Runs of each side that agreed, and the side that ran once.
     #[test]
     fn a_confirmation_counts_the_runs_of_each_side() {
         let probe = |label: &str, outcome| Probe {
@@ -526,7 +537,7 @@ mod tests {
             candidate: Candidate::original(),
             measurement: Measurement::new(outcome),
         };
-        let search = |confirmations, settled_fit| AxisSearch {
+        let search = |last_fit, first_oom| AxisSearch {
             axis: "batch".into(),
             verdict: AxisVerdict::Boundary {
                 last_fit: probe("2", Outcome::Fits),
@@ -534,19 +545,18 @@ mod tests {
                 confirmed: true,
             },
             trials: 5,
-            confirmations,
-            settled_fit,
+            confirmations: (last_fit + first_oom) as usize,
+            reruns: Sides {
+                last_fit,
+                first_oom,
+            },
             plain_bisection: 4,
         };
-        let fit = probe("2", Outcome::Fits);
-        assert_eq!(
-            super::confirmed_runs(&search(2, false), &fit),
-            ", confirmed 2/2"
-        );
-        assert_eq!(
-            super::confirmed_runs(&search(2, true), &fit),
-            ", confirmed 3/3 (2 ran once: far below the ceiling)"
-        );
+        let (fit, oom) = (probe("2", Outcome::Fits), probe("3", Outcome::Oom));
+        let runs = |a, b| super::confirmed_runs(&search(a, b), &fit, &oom);
+        assert_eq!(runs(1, 1), ", confirmed 2/2");
+        assert_eq!(runs(0, 2), ", confirmed 3/3 (2 ran once)");
+        assert_eq!(runs(0, 0), "");
     }
 
     fn cost(label: &str, outcome: Outcome, peak_gib: u64) -> ModuleCost {

@@ -324,6 +324,10 @@ fn names_a_kill(record: &str, pids: &BTreeSet<i32>) -> bool {
 mod tests {
     use super::*;
 
+    /// The tests that start children: the sweep reaps any child of this process (`waitpid(-1)`),
+    /// so one test's sweep must not reap the child another test waits for.
+    static CHILDREN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn the_kernel_log_names_a_kill_of_our_processes_only() {
         let ours: BTreeSet<i32> = [4242].into();
@@ -337,6 +341,7 @@ mod tests {
 
     #[test]
     fn an_orphan_in_a_new_session_is_found_and_swept() {
+        let _children = CHILDREN.lock().unwrap_or_else(|e| e.into_inner());
         let mut c = Containment::new();
         // A grandchild in a session of its own, whose parent exits at once: an escaped daemon.
         let status = std::process::Command::new("/bin/sh")
@@ -360,6 +365,7 @@ mod tests {
     /// process outside the tree.
     #[test]
     fn a_grandchild_descends_and_the_parent_does_not() {
+        let _children = CHILDREN.lock().unwrap_or_else(|e| e.into_inner());
         // Nothing of ours on its pipes: a `sleep` left behind must not hold the test's output open.
         let mut sh = std::process::Command::new("/bin/sh")
             .args(["-c", "sleep 7031 & wait"])

@@ -1,6 +1,7 @@
 use super::{
-    MemoryConfiguration, MemoryPoolOptions, MemoryUsage, PoolType, oom_bisect,
+    MemoryConfiguration, MemoryPoolOptions, MemoryUsage, PoolType,
     memory_pool::{ExclusiveMemoryPool, MemoryPool, PersistentPool, SlicedPool},
+    oom_bisect::{self, TorchPool},
 };
 use crate::{
     config::{
@@ -29,6 +30,8 @@ pub use super::memory_pool::{ManagedMemoryBinding, handle::*};
 enum DynamicPool {
     Sliced(SlicedPool),
     Exclusive(ExclusiveMemoryPool),
+    /// oom-bisect: PyTorch's caching allocator (`oom_bisect`).
+    Torch(TorchPool),
 }
 
 impl MemoryPool for DynamicPool {
@@ -36,6 +39,7 @@ impl MemoryPool for DynamicPool {
         match self {
             DynamicPool::Sliced(pool) => pool.accept(size),
             DynamicPool::Exclusive(pool) => pool.accept(size),
+            DynamicPool::Torch(pool) => pool.accept(size),
         }
     }
 
@@ -43,6 +47,7 @@ impl MemoryPool for DynamicPool {
         match self {
             DynamicPool::Sliced(m) => m.find(binding),
             DynamicPool::Exclusive(m) => m.find(binding),
+            DynamicPool::Torch(m) => m.find(binding),
         }
     }
 
@@ -51,6 +56,7 @@ impl MemoryPool for DynamicPool {
         match self {
             DynamicPool::Sliced(m) => m.try_reserve(size),
             DynamicPool::Exclusive(m) => m.try_reserve(size),
+            DynamicPool::Torch(m) => m.try_reserve(size),
         }
     }
 
@@ -66,6 +72,7 @@ impl MemoryPool for DynamicPool {
         match self {
             DynamicPool::Sliced(m) => m.alloc(storage, size),
             DynamicPool::Exclusive(m) => m.alloc(storage, size),
+            DynamicPool::Torch(m) => m.alloc(storage, size),
         }
     }
 
@@ -73,6 +80,7 @@ impl MemoryPool for DynamicPool {
         match self {
             DynamicPool::Sliced(m) => m.get_memory_usage(),
             DynamicPool::Exclusive(m) => m.get_memory_usage(),
+            DynamicPool::Torch(m) => m.get_memory_usage(),
         }
     }
 
@@ -85,6 +93,7 @@ impl MemoryPool for DynamicPool {
         match self {
             DynamicPool::Sliced(m) => m.cleanup(storage, alloc_nr, explicit),
             DynamicPool::Exclusive(m) => m.cleanup(storage, alloc_nr, explicit),
+            DynamicPool::Torch(m) => m.cleanup(storage, alloc_nr, explicit),
         };
         storage.flush();
     }
@@ -98,6 +107,7 @@ impl MemoryPool for DynamicPool {
         match self {
             DynamicPool::Sliced(m) => m.bind(reserved, assigned, cursor),
             DynamicPool::Exclusive(m) => m.bind(reserved, assigned, cursor),
+            DynamicPool::Torch(m) => m.bind(reserved, assigned, cursor),
         }
     }
 }
@@ -118,10 +128,7 @@ pub struct MemoryManagement<Storage> {
     name: String,
     persistent: PersistentPool,
     pools: Vec<DynamicPool>,
-    /// oom-bisect: the storage, counted against the process's in-process ceiling (`oom_bisect`).
-    storage: oom_bisect::Capped<Storage>,
-    /// oom-bisect: release free pages and try again before an allocation fails (PyTorch's way).
-    retry: bool,
+    storage: Storage,
     alloc_reserve_count: u64,
     mode: MemoryAllocationMode,
     config: PersistentMemory,
@@ -292,12 +299,6 @@ impl<Storage: ComputeStorage> MemoryManagement<Storage> {
             }
             MemoryConfiguration::Custom { pool_options } => pool_options,
         };
-        // oom-bisect: PyTorch's size classes instead of the configured layout (see `oom_bisect`).
-        let pool_options = if oom_bisect::pytorch() {
-            oom_bisect::pytorch_pools(properties)
-        } else {
-            pool_options
-        };
 
         logger.log_memory(
             |level| !matches!(level, MemoryLogLevel::Disabled),
@@ -310,7 +311,12 @@ impl<Storage: ComputeStorage> MemoryManagement<Storage> {
             },
         );
 
-        let pools: Vec<_> = pool_options
+        // oom-bisect: one pool, PyTorch's caching allocator, for the device's memory.
+        let pool_options = match oom_bisect::torch_pool_for(&options.name) {
+            true => Vec::new(),
+            false => pool_options,
+        };
+        let mut pools: Vec<_> = pool_options
             .iter()
             .enumerate()
             .map(|(pool_pos, options)| {
@@ -337,6 +343,9 @@ impl<Storage: ComputeStorage> MemoryManagement<Storage> {
                 }
             })
             .collect();
+        if oom_bisect::torch_pool_for(&options.name) {
+            pools.push(DynamicPool::Torch(TorchPool::new(0)));
+        }
 
         let config = CubeClRuntimeConfig::get().memory.persistent_memory.clone();
 
@@ -350,8 +359,6 @@ impl<Storage: ComputeStorage> MemoryManagement<Storage> {
         };
 
         Self {
-            storage: oom_bisect::Capped::new(storage, &options.name),
-            retry: oom_bisect::pytorch(),
             name: options.name,
             persistent: PersistentPool::new(
                 properties.max_page_size,
@@ -359,6 +366,7 @@ impl<Storage: ComputeStorage> MemoryManagement<Storage> {
                 pools.len() as u8,
             ),
             pools,
+            storage,
             alloc_reserve_count: 0,
             mode,
             config,
@@ -463,6 +471,12 @@ impl<Storage: ComputeStorage> MemoryManagement<Storage> {
         // hard about overflow here.
         self.alloc_reserve_count += 1;
 
+        // oom-bisect: PyTorch's allocator serves every request, persistent ones too (PyTorch
+        // allocates parameters like any tensor), and retries itself before it fails.
+        if let [DynamicPool::Torch(pool)] = &mut self.pools[..] {
+            return pool.alloc(&mut self.storage, size);
+        }
+
         if let Some(val) = self.persistent.try_reserve(size) {
             self.logger.log_memory(
                 |level| matches!(level, MemoryLogLevel::Full),
@@ -477,7 +491,7 @@ impl<Storage: ComputeStorage> MemoryManagement<Storage> {
         }
 
         if matches!(self.mode, MemoryAllocationMode::Persistent) || self.persistent.has_size(size) {
-            let allocated = self.alloc_or_release(|m| m.persistent.alloc(&mut m.storage, size));
+            let allocated = self.persistent.alloc(&mut self.storage, size);
 
             self.logger.log_memory(
                 |level| !matches!(level, MemoryLogLevel::Disabled),
@@ -503,20 +517,20 @@ impl<Storage: ComputeStorage> MemoryManagement<Storage> {
         );
 
         // Find first pool that fits this allocation
-        let index = self
+        let pool = self
             .pools
-            .iter()
-            .position(|p| p.accept(size))
+            .iter_mut()
+            .find(|p| p.accept(size))
             .ok_or(IoError::BufferTooBig {
                 size,
                 backtrace: BackTrace::capture(),
             })?;
 
-        if let Some(slice) = self.pools[index].try_reserve(size) {
+        if let Some(slice) = pool.try_reserve(size) {
             return Ok(slice);
         }
 
-        let allocated = self.alloc_or_release(|m| m.pools[index].alloc(&mut m.storage, size));
+        let allocated = pool.alloc(&mut self.storage, size);
 
         self.logger.log_memory(
             |level| matches!(level, MemoryLogLevel::Full),
@@ -531,24 +545,6 @@ impl<Storage: ComputeStorage> MemoryManagement<Storage> {
         allocated
     }
 
-    /// oom-bisect: with `retry`, an allocation that fails is tried once more after every fully free
-    /// page of every pool is released, as PyTorch's caching allocator does before it reports an
-    /// out-of-memory (`release_cached_blocks` in `CUDACachingAllocator.cpp`), and made free on the
-    /// device before the retry (`Capped::release_now`): a release is otherwise only queued. Every
-    /// path that allocates a page goes through here.
-    fn alloc_or_release(
-        &mut self,
-        alloc: impl Fn(&mut Self) -> Result<ManagedMemoryHandle, IoError>,
-    ) -> Result<ManagedMemoryHandle, IoError> {
-        let first = alloc(self);
-        if first.is_ok() || !self.retry {
-            return first;
-        }
-        self.cleanup(true);
-        self.storage.release_now();
-        alloc(self)
-    }
-
     /// Fetch the storage used by the memory manager.
     ///
     /// # Notes
@@ -560,7 +556,7 @@ impl<Storage: ComputeStorage> MemoryManagement<Storage> {
     /// This is useful if you need to time the deallocations based on async computation, or to
     /// change the mode of storage for different reasons.
     pub fn storage(&mut self) -> &mut Storage {
-        self.storage.inner()
+        &mut self.storage
     }
 
     /// Get the current memory usage.
@@ -625,6 +621,10 @@ impl<Storage: ComputeStorage> core::fmt::Display for MemoryManagement<Storage> {
             match pool {
                 DynamicPool::Sliced(pool) => f.write_fmt(format_args!("{pool}\n"))?,
                 DynamicPool::Exclusive(pool) => f.write_fmt(format_args!("{pool}\n"))?,
+                DynamicPool::Torch(pool) => f.write_fmt(format_args!(
+                    " - PyTorch's caching allocator: {:?}\n",
+                    pool.get_memory_usage()
+                ))?,
             }
         }
         let memory_usage = self.memory_usage();
@@ -662,91 +662,6 @@ mod tests {
             name: "test".into(),
             memory: MemoryAllocationOption::FromConfig,
         }
-    }
-
-    /// oom-bisect: a storage that frees a page only when flushed, as cubecl-cuda's does (its
-    /// releases are queued), over a fake device whose use the budget's probe reads.
-    #[derive(Default)]
-    struct Queued {
-        inner: BytesStorage,
-        sizes: alloc::collections::BTreeMap<crate::storage::StorageId, u64>,
-        queued: Vec<crate::storage::StorageId>,
-    }
-
-    static DEVICE_USED: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
-    static SETTLED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
-
-    impl ComputeStorage for Queued {
-        type Resource = <BytesStorage as ComputeStorage>::Resource;
-
-        fn alignment(&self) -> usize {
-            self.inner.alignment()
-        }
-
-        fn get(&mut self, handle: &StorageHandle) -> Self::Resource {
-            self.inner.get(handle)
-        }
-
-        fn alloc(&mut self, size: u64) -> Result<StorageHandle, IoError> {
-            let handle = self.inner.alloc(size)?;
-            DEVICE_USED.fetch_add(size, core::sync::atomic::Ordering::SeqCst);
-            self.sizes.insert(handle.id, size);
-            Ok(handle)
-        }
-
-        fn dealloc(&mut self, id: crate::storage::StorageId) {
-            self.queued.push(id);
-        }
-
-        fn flush(&mut self) {
-            for id in core::mem::take(&mut self.queued) {
-                let size = self.sizes.remove(&id).unwrap_or(0);
-                DEVICE_USED.fetch_sub(size, core::sync::atomic::Ordering::SeqCst);
-                self.inner.dealloc(id);
-            }
-        }
-    }
-
-    /// oom-bisect: pools of mixed size classes, filled and then freed, give their pages back to the
-    /// device when a size no class holds is asked for and the ceiling is reached, as PyTorch's
-    /// allocator does: released, flushed (a queued release frees nothing) and settled before the
-    /// retry. The stock behaviour (no retry) refuses it.
-    #[test_log::test]
-    #[cfg(not(exclusive_memory_only))]
-    fn oom_bisect_releases_freed_pages_for_a_size_no_class_holds() {
-        use core::sync::atomic::Ordering::SeqCst;
-        const MIB: u64 = 1024 * 1024;
-        let run = |retry: bool| {
-            DEVICE_USED.store(0, SeqCst);
-            SETTLED.store(false, SeqCst);
-            let budget = alloc::boxed::Box::leak(alloc::boxed::Box::new(
-                oom_bisect::Budget::new(64 * MIB),
-            ));
-            budget.measure_with(|| (DEVICE_USED.load(SeqCst), 0));
-            budget.settle_with(|| SETTLED.store(true, SeqCst));
-            let mut mm = MemoryManagement::from_configuration(
-                Queued::default(),
-                &DUMMY_MEM_PROPS,
-                MemoryConfiguration::Custom {
-                    pool_options: oom_bisect::pytorch_pools(&DUMMY_MEM_PROPS),
-                },
-                Arc::new(ServerLogger::default()),
-                options(),
-            );
-            mm.storage = oom_bisect::Capped::with_budget(Queued::default(), Some(budget));
-            mm.retry = retry;
-            let sizes = [[MIB / 2; 8].as_slice(), &[5 * MIB; 3], &[12 * MIB, 20 * MIB]].concat();
-            let held: Vec<_> = sizes.iter().map(|&s| mm.reserve(s).unwrap()).collect();
-            assert!(DEVICE_USED.load(SeqCst) > 48 * MIB, "the pools hold the pages");
-            drop(held);
-            let big = mm.reserve(40 * MIB);
-            (big.is_ok(), DEVICE_USED.load(SeqCst), SETTLED.load(SeqCst))
-        };
-        let (fits, used, settled) = run(true);
-        assert!(fits, "with release-and-retry the 40 MiB request fits");
-        assert!(used <= 44 * MIB, "only its own page is on the device after the retry: {used}");
-        assert!(settled, "the device settled before the retry");
-        assert!(!run(false).0, "without it, the ceiling refuses the request");
     }
 
     // Test pools with slices.
@@ -1212,4 +1127,3 @@ mod tests {
         assert_eq!(usage_before.bytes_reserved, usage_after.bytes_reserved);
     }
 }
-

@@ -11,7 +11,7 @@ pub use base::*;
 mod memory_manage;
 pub use memory_manage::*;
 
-/// oom-bisect's change: PyTorch's pools and release-and-retry, and a ceiling inside the process.
+/// oom-bisect's change: PyTorch's caching allocator for the device's memory, its stream noted.
 pub mod oom_bisect;
 
 use alloc::vec::Vec;

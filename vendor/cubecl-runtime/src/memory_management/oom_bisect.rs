@@ -1,29 +1,29 @@
 //! oom-bisect's change to cubecl-runtime (see `vendor/README.md` in oom-bisect).
 //!
-//! - With `OOM_BISECT_MEMORY_MODEL=pytorch` in the environment, the pools mimic PyTorch's caching
-//!   allocator where it decides the peak: its size classes ([`pytorch_pools`]) and its release of
-//!   free cached blocks before an out-of-memory is reported (`MemoryManagement::alloc_or_release`).
-//! - [`DEVICE_POOLS`]: what the device pools of this process hold, across every stream, and an
-//!   optional cap. A trial that shares its GPU with other trials caps the device memory its process
-//!   uses at its ceiling (a [`Probe`] measures it), so that a page past the ceiling is refused as
-//!   the driver refuses one on a card of that size ([`Capped`] says how).
+//! With `OOM_BISECT_MEMORY_MODEL=pytorch`, the device memory manager hands out memory as PyTorch's
+//! caching allocator does: one [`TorchPool`], built on the `pytorch-allocator` crate (oom-bisect's
+//! one statement of those rules), replaces cubecl's pools and its persistent pool. Besides:
+//!
+//! - every request and release is noted in order ([`stream`]), so that the trial can replay the
+//!   same stream under any cap and say the smallest ceiling it fits under;
+//! - a cap on the bytes reserved in segments ([`set_cap`]) refuses a segment before the device is
+//!   asked, as PyTorch's per-process memory fraction does; a refusal by the device itself (a card
+//!   filled with ballast) is `cudaMalloc`'s failure;
+//! - before the allocator's one retry, the whole free segments it released are returned to the
+//!   device ([`settle_with`]), as `release_cached_blocks` synchronises and frees.
 
-use super::{MemoryPoolOptions, PoolType};
+use super::memory_pool::{ManagedMemoryBinding, ManagedMemoryHandle, MemoryPool, Slice};
+use super::{MemoryLocation, MemoryUsage};
 use crate::server::IoError;
-use crate::storage::{ComputeStorage, StorageHandle, StorageId};
-use alloc::collections::BTreeMap;
+use crate::storage::{ComputeStorage, StorageHandle, StorageUtilization};
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use cubecl_common::backtrace::BackTrace;
-use cubecl_ir::MemoryDeviceProperties;
-
-const MIB: u64 = 1024 * 1024;
-/// Growth between two large size classes: at most 1/16 of a large request is padding. Public for
-/// oom-bisect's search, which predicts a boundary from it (`oom_trial::pool_padding`).
-pub const CLASS_RATIO: f64 = 1.0625;
+use cubecl_common::stub::Mutex;
+use pytorch_allocator::{Allocator, BlockId, Device, Event, SegmentId};
 
 /// The name cubecl-cuda gives the memory manager of device memory (`compute/stream.rs`); the
-/// pinned host memory manager beside it is not counted against a device ceiling.
+/// pinned host memory manager beside it keeps cubecl's own pools.
 const DEVICE_MANAGER: &str = "Main GPU Memory";
 
 /// Whether `OOM_BISECT_MEMORY_MODEL` asks for PyTorch's behaviour (read once per process).
@@ -38,249 +38,292 @@ pub fn pytorch() -> bool {
     false
 }
 
-/// PyTorch's layout (`c10/cuda/CUDACachingAllocator.cpp`): requests up to 1 MiB share 2 MiB
-/// segments, up to 10 MiB share 20 MiB segments, larger ones get a segment of their own rounded
-/// to 2 MiB. cubecl cannot split one large segment between tensors as PyTorch does, so each
-/// large request gets its own page from a size class at most 1/16 above it; with free pages
-/// released before a failure is reported, a class's leftovers never block a request.
-pub(super) fn pytorch_pools(properties: &MemoryDeviceProperties) -> Vec<MemoryPoolOptions> {
-    let align = |x: u64| x.next_multiple_of(properties.alignment);
-    let mut pools = Vec::new();
-    let mut add = |pool_type| {
-        pools.push(MemoryPoolOptions {
-            pool_type,
-            dealloc_period: None,
-        })
-    };
-    add(PoolType::ExclusivePages { max_alloc_size: 0 });
-    add(PoolType::SlicedPages {
-        page_size: align(2 * MIB),
-        max_slice_size: align(MIB),
-    });
-    add(PoolType::SlicedPages {
-        page_size: align(20 * MIB),
-        max_slice_size: align(10 * MIB),
-    });
-    let (mut class, mut last) = (10.0 * MIB as f64, 0);
-    let max_page = properties.max_page_size;
-    while last < max_page {
-        class *= CLASS_RATIO;
-        let size = align((class as u64).next_multiple_of(2 * MIB)).min(max_page);
-        if size > last {
-            add(PoolType::ExclusivePages {
-                max_alloc_size: size,
-            });
-            last = size;
-        }
-    }
-    pools
+/// Whether the memory manager called `name` gets a [`TorchPool`].
+pub(super) fn torch_pool_for(name: &str) -> bool {
+    pytorch() && name == DEVICE_MANAGER
 }
 
-/// Bytes held by a set of pools (every page they allocated and have not released), their peak,
-/// and a cap that no page may take them past.
-#[derive(Debug)]
-pub struct Budget {
-    cap: AtomicU64,
-    held: AtomicU64,
-    peak: AtomicU64,
-    /// A [`Probe`] ([`Budget::measure_with`]), or null: the cap is then on what is held.
-    probe: AtomicPtr<()>,
-    /// A [`Settle`] ([`Budget::settle_with`]), or null.
-    settle: AtomicPtr<()>,
+/// The cap on reserved bytes (`u64::MAX`: none).
+static CAP: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Refuse any segment that would take the bytes reserved past `bytes` (`None`: no cap). Segments
+/// already made stay.
+pub fn set_cap(bytes: Option<u64>) {
+    CAP.store(bytes.unwrap_or(u64::MAX), Ordering::SeqCst);
 }
 
-/// Waits until the pages the pools released are back with the device: on CUDA, synchronise (the
-/// stream-ordered frees complete) and trim the stream-ordered memory pool to nothing. PyTorch's
-/// caching allocator does the same before its retry (`cudaFree` synchronises), so a request no
-/// released block covers gets fresh memory instead of an out-of-memory.
+fn cap() -> Option<u64> {
+    let cap = CAP.load(Ordering::SeqCst);
+    (cap != u64::MAX).then_some(cap)
+}
+
+/// Makes the segments just released free on the device: on CUDA, synchronise (cubecl's frees are
+/// stream-ordered) and trim the stream-ordered memory pool, as `cudaFree` does in PyTorch.
 pub type Settle = fn();
 
-/// What the device says of this process now: (bytes it uses, context and everything included;
-/// bytes of those its stream-ordered memory pool holds spare, released pages not yet returned to
-/// the device).
-pub type Probe = fn() -> (u64, u64);
+static SETTLE: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
 
-/// The device pools of this process, across every stream and memory manager.
-pub static DEVICE_POOLS: Budget = Budget::new(u64::MAX);
+/// Run `settle` after the allocator released its cached segments, before it retries.
+pub fn settle_with(settle: Settle) {
+    SETTLE.store(settle as *mut (), Ordering::SeqCst);
+}
 
-impl Budget {
-    /// A budget with nothing held and the given cap (`u64::MAX`: none).
-    pub const fn new(cap: u64) -> Budget {
-        Budget {
-            cap: AtomicU64::new(cap),
-            held: AtomicU64::new(0),
-            peak: AtomicU64::new(0),
-            probe: AtomicPtr::new(core::ptr::null_mut()),
-            settle: AtomicPtr::new(core::ptr::null_mut()),
-        }
-    }
-
-    /// Run `settle` after the pools released their free pages, before the allocation is retried.
-    pub fn settle_with(&self, settle: Settle) {
-        self.settle.store(settle as *mut (), Ordering::SeqCst);
-    }
-
-    fn settle(&self) -> Option<Settle> {
-        let p = self.settle.load(Ordering::SeqCst);
+fn settle() {
+    let p = SETTLE.load(Ordering::SeqCst);
+    if !p.is_null() {
         // SAFETY: the only non-null value stored is a `Settle` (`settle_with`).
-        (!p.is_null()).then(|| unsafe { core::mem::transmute::<*mut (), Settle>(p) })
-    }
-
-    /// Measure the device with `probe` before each page instead of counting the pools' pages.
-    pub fn measure_with(&self, probe: Probe) {
-        self.probe.store(probe as *mut (), Ordering::SeqCst);
-    }
-
-    fn probe(&self) -> Option<Probe> {
-        let p = self.probe.load(Ordering::SeqCst);
-        // SAFETY: the only non-null value stored is a `Probe` (`measure_with`).
-        (!p.is_null()).then(|| unsafe { core::mem::transmute::<*mut (), Probe>(p) })
-    }
-
-    /// Refuse pages that would take what is held past `bytes` (`u64::MAX`: no cap). Pages already
-    /// held stay; the cap may move while the pools are in use.
-    pub fn set_cap(&self, bytes: u64) {
-        self.cap.store(bytes, Ordering::SeqCst);
-    }
-
-    /// The cap now (`u64::MAX`: none).
-    pub fn cap(&self) -> u64 {
-        self.cap.load(Ordering::SeqCst)
-    }
-
-    /// Bytes held now.
-    pub fn held(&self) -> u64 {
-        self.held.load(Ordering::SeqCst)
-    }
-
-    /// Most bytes held at once.
-    pub fn peak(&self) -> u64 {
-        self.peak.load(Ordering::SeqCst)
-    }
-
-    fn hold(&self, size: u64) {
-        let now = self.held.fetch_add(size, Ordering::SeqCst) + size;
-        self.peak.fetch_max(now, Ordering::SeqCst);
-    }
-
-    fn release(&self, size: u64) {
-        self.held.fetch_sub(size, Ordering::SeqCst);
+        unsafe { core::mem::transmute::<*mut (), Settle>(p)() }
     }
 }
 
-/// A storage whose pages count against a [`Budget`] (device memory only: see [`DEVICE_MANAGER`]).
-/// A page the budget refuses fails as the driver's out-of-memory does (`IoError::BufferTooBig`),
-/// so the memory manager's release-and-retry and the trial's classification see no difference.
-///
-/// With a probe, a page is admitted where the driver would give it on a card of the cap's size:
-/// from a page this storage released that the stream-ordered pool still holds spare (the pool
-/// reuses such a block for a request it covers, so the device gives nothing new), or else from the
-/// device, when what the process uses plus the page stays within the cap. Spare blocks are
-/// forgotten once the pool holds nothing spare (it returned them to the device at a
-/// synchronisation).
-pub(super) struct Capped<S> {
-    inner: S,
-    budget: Option<&'static Budget>,
-    sizes: BTreeMap<StorageId, u64>,
-    /// Pages released while the pool may still hold them spare (sizes).
-    spare: Vec<u64>,
+/// What the pools of this process were asked, in order.
+struct Noted {
+    events: Vec<Event>,
+    next_id: u64,
+    /// Pools (one per cubecl stream) that were asked for memory.
+    pools: u32,
 }
 
-impl<S> Capped<S> {
-    /// Counts against [`DEVICE_POOLS`] when `manager` is cubecl-cuda's device memory manager.
-    pub(super) fn new(inner: S, manager: &str) -> Capped<S> {
-        Capped::with_budget(inner, (manager == DEVICE_MANAGER).then_some(&DEVICE_POOLS))
-    }
+static NOTED: Mutex<Noted> = Mutex::new(Noted {
+    events: Vec::new(),
+    next_id: 0,
+    pools: 0,
+});
 
-    pub(super) fn with_budget(inner: S, budget: Option<&'static Budget>) -> Capped<S> {
-        Capped {
-            inner,
-            budget,
-            sizes: BTreeMap::new(),
-            spare: Vec::new(),
-        }
-    }
+fn noted<R>(f: impl FnOnce(&mut Noted) -> R) -> R {
+    let mut guard = NOTED.lock().expect("the notes' lock is never poisoned: noting cannot panic");
+    f(&mut guard)
+}
 
-    /// Whether `budget` admits a page of `size` (see the type's documentation).
-    fn admits(&mut self, budget: &Budget, size: u64) -> bool {
-        let Some(probe) = budget.probe() else {
-            return budget.held().saturating_add(size) <= budget.cap();
+/// The requests and releases noted so far, and how many pools (cubecl streams) made them.
+pub fn stream() -> (Vec<Event>, u32) {
+    noted(|n| (n.events.clone(), n.pools))
+}
+
+/// How many requests and releases were noted so far: a place in [`stream`].
+pub fn stream_len() -> usize {
+    noted(|n| n.events.len())
+}
+
+/// PyTorch's caching allocator as a cubecl pool: a segment is a page of the storage, a block a
+/// slice of it. A slice's location is (segment, block). A block whose handles are all dropped is
+/// freed when the pool is next asked for memory, before the request: the allocator sees the same
+/// state as if it had been freed at the drop.
+pub(super) struct TorchPool {
+    allocator: Allocator,
+    /// The storage of each live segment, by segment index.
+    segments: Vec<Option<StorageHandle>>,
+    /// The slice of each block handed out, by block index.
+    slices: Vec<Option<Slice>>,
+    /// Blocks handed out, with the id their request was noted under.
+    live: Vec<(BlockId, u64)>,
+    location: MemoryLocation,
+    /// Bytes asked for by the blocks handed out (each block may be larger).
+    in_use: u64,
+    asked: bool,
+}
+
+/// The device under the allocator: the storage, where each segment is one page.
+struct OnStorage<'a, S> {
+    storage: &'a mut S,
+    segments: &'a mut Vec<Option<StorageHandle>>,
+}
+
+impl<S: ComputeStorage> Device for OnStorage<'_, S> {
+    fn allocate(&mut self, segment: SegmentId, size: u64) -> bool {
+        let Ok(handle) = self.storage.alloc(size) else {
+            return false;
         };
-        let (used, spare) = probe();
-        if spare == 0 {
-            self.spare.clear();
+        let i = segment.index();
+        if self.segments.len() <= i {
+            self.segments.resize(i + 1, None);
         }
-        // The smallest spare block that covers the request; the pool keeps the rest of it.
-        let fit = (0..self.spare.len())
-            .filter(|&i| self.spare[i] >= size)
-            .min_by_key(|&i| self.spare[i]);
-        if let Some(i) = fit {
-            let rest = self.spare.swap_remove(i) - size;
-            if rest > 0 {
-                self.spare.push(rest);
+        self.segments[i] = Some(handle);
+        true
+    }
+
+    fn release(&mut self, segment: SegmentId) {
+        if let Some(handle) = self.segments[segment.index()].take() {
+            self.storage.dealloc(handle.id);
+        }
+    }
+
+    fn released(&mut self) {
+        self.storage.flush();
+        settle();
+    }
+}
+
+impl TorchPool {
+    pub(super) fn new(pool_pos: u8) -> TorchPool {
+        TorchPool {
+            allocator: Allocator::new(None),
+            segments: Vec::new(),
+            slices: Vec::new(),
+            live: Vec::new(),
+            location: MemoryLocation::new(pool_pos, 0, 0),
+            in_use: 0,
+            asked: false,
+        }
+    }
+
+    /// Frees the blocks whose handles were all dropped, noting each release.
+    fn free_dropped(&mut self) {
+        let mut i = 0;
+        while i < self.live.len() {
+            let (block, id) = self.live[i];
+            let slice = self.slices[block.index()].as_ref().expect("a live block has a slice");
+            if !slice.is_free() {
+                i += 1;
+                continue;
             }
-            return true;
-        }
-        used.saturating_add(size) <= budget.cap()
-    }
-
-    pub(super) fn inner(&mut self) -> &mut S {
-        &mut self.inner
-    }
-}
-
-impl<S: ComputeStorage> Capped<S> {
-    /// Makes the pages released since the last flush free on the device: cubecl's storages only
-    /// queue a release until they flush, and the driver's pool keeps freed blocks until it
-    /// synchronises ([`Settle`]). Once settled, the pool holds nothing spare.
-    pub(super) fn release_now(&mut self) {
-        self.inner.flush();
-        if let Some(settle) = self.budget.and_then(Budget::settle) {
-            settle();
-            self.spare.clear();
+            self.in_use -= slice.storage.size();
+            self.slices[block.index()] = None;
+            self.allocator.free(block);
+            self.live.swap_remove(i);
+            noted(|n| n.events.push(Event::Free { id }));
         }
     }
-}
 
-impl<S: ComputeStorage> ComputeStorage for Capped<S> {
-    type Resource = S::Resource;
-
-    fn alignment(&self) -> usize {
-        self.inner.alignment()
-    }
-
-    fn get(&mut self, handle: &StorageHandle) -> Self::Resource {
-        self.inner.get(handle)
-    }
-
-    fn alloc(&mut self, size: u64) -> Result<StorageHandle, IoError> {
-        let Some(budget) = self.budget else {
-            return self.inner.alloc(size);
-        };
-        if !self.admits(budget, size) {
-            return Err(IoError::BufferTooBig {
+    /// `malloc` on `storage`: a block of `size` bytes as PyTorch's allocator places it.
+    fn malloc<S: ComputeStorage>(
+        &mut self,
+        storage: &mut S,
+        size: u64,
+    ) -> Result<ManagedMemoryHandle, IoError> {
+        self.free_dropped();
+        let id = noted(|n| {
+            n.pools += u32::from(!self.asked);
+            n.next_id += 1;
+            n.events.push(Event::Alloc {
+                id: n.next_id,
                 size,
-                backtrace: BackTrace::capture(),
             });
+            n.next_id
+        });
+        self.asked = true;
+        self.allocator.set_cap(cap());
+        let mut device = OnStorage {
+            storage,
+            segments: &mut self.segments,
+        };
+        let block = self
+            .allocator
+            .malloc(size, &mut device)
+            .map_err(|oom| IoError::BufferTooBig {
+                size: oom.requested,
+                backtrace: BackTrace::capture(),
+            })?;
+        let segment = self.segments[block.segment.index()]
+            .as_ref()
+            .expect("a block's segment has its storage");
+        let slice = Slice::new(
+            StorageHandle {
+                id: segment.id,
+                utilization: StorageUtilization {
+                    offset: block.offset,
+                    size,
+                },
+            },
+            block.size - size,
+        );
+        let mut location = self.location;
+        location.page = block.segment.index() as u16;
+        location.slice = block.id.index() as u32;
+        slice.handle.descriptor().update_location(location);
+        let handle = slice.handle.clone();
+        if self.slices.len() <= block.id.index() {
+            self.slices.resize_with(block.id.index() + 1, || None);
         }
-        let handle = self.inner.alloc(size)?;
-        budget.hold(size);
-        self.sizes.insert(handle.id, size);
+        self.slices[block.id.index()] = Some(slice);
+        self.live.push((block.id, id));
+        self.in_use += size;
         Ok(handle)
     }
 
-    fn dealloc(&mut self, id: StorageId) {
-        if let (Some(budget), Some(size)) = (self.budget, self.sizes.remove(&id)) {
-            budget.release(size);
-            if budget.probe().is_some() {
-                self.spare.push(size);
-            }
-        }
-        self.inner.dealloc(id);
+    fn slice(&self, binding: &ManagedMemoryBinding) -> Result<&Slice, IoError> {
+        let i = binding.descriptor().slice();
+        self.slices
+            .get(i)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| IoError::NotFound {
+                backtrace: BackTrace::capture(),
+                reason: alloc::format!("Memory block {i} doesn't exist").into(),
+            })
+    }
+}
+
+impl MemoryPool for TorchPool {
+    fn accept(&self, _size: u64) -> bool {
+        true
     }
 
-    fn flush(&mut self) {
-        self.inner.flush();
+    fn bind(
+        &mut self,
+        reserved: ManagedMemoryHandle,
+        assigned: ManagedMemoryHandle,
+        cursor: u64,
+    ) -> Result<(), IoError> {
+        let i = reserved.descriptor().slice();
+        let slice = self
+            .slices
+            .get_mut(i)
+            .and_then(Option::as_mut)
+            .ok_or_else(|| IoError::NotFound {
+                backtrace: BackTrace::capture(),
+                reason: alloc::format!("Memory block {i} doesn't exist").into(),
+            })?;
+        assigned
+            .descriptor()
+            .update_location(reserved.descriptor().location());
+        slice.handle = assigned;
+        slice.cursor = cursor;
+        Ok(())
+    }
+
+    fn find(&self, binding: &ManagedMemoryBinding) -> Result<&Slice, IoError> {
+        self.slice(binding)
+    }
+
+    /// Never: the allocator decides in one step whether a free block or a new segment serves a
+    /// request ([`MemoryPool::alloc`]).
+    fn try_reserve(&mut self, _size: u64) -> Option<ManagedMemoryHandle> {
+        None
+    }
+
+    fn alloc<Storage: ComputeStorage>(
+        &mut self,
+        storage: &mut Storage,
+        size: u64,
+    ) -> Result<ManagedMemoryHandle, IoError> {
+        self.malloc(storage, size)
+    }
+
+    fn get_memory_usage(&self) -> MemoryUsage {
+        let stats = self.allocator.stats();
+        MemoryUsage {
+            number_allocs: self.live.len() as u64,
+            bytes_in_use: self.in_use,
+            bytes_padding: stats.allocated - self.in_use,
+            bytes_reserved: stats.reserved,
+        }
+    }
+
+    /// Only an explicit cleanup (`torch.cuda.empty_cache()`) gives whole free segments back;
+    /// PyTorch's allocator keeps its cache otherwise.
+    fn cleanup<Storage: ComputeStorage>(
+        &mut self,
+        storage: &mut Storage,
+        _alloc_nr: u64,
+        explicit: bool,
+    ) {
+        if explicit {
+            self.free_dropped();
+            self.allocator.empty_cache(&mut OnStorage {
+                storage,
+                segments: &mut self.segments,
+            });
+        }
     }
 }
 
@@ -290,46 +333,28 @@ mod tests {
     use crate::storage::BytesStorage;
 
     const MIB: u64 = 1024 * 1024;
-    static USED: AtomicU64 = AtomicU64::new(0);
-    static SPARE: AtomicU64 = AtomicU64::new(0);
 
-    /// Allocates and returns a 10 MiB page's id within the cap (the fake device holds nothing).
-    fn page2_id(s: &mut Capped<BytesStorage>) -> StorageId {
-        USED.store(0, Ordering::SeqCst);
-        s.alloc(10 * MIB).unwrap().id
-    }
-
-    fn fake_device() -> (u64, u64) {
-        (USED.load(Ordering::SeqCst), SPARE.load(Ordering::SeqCst))
-    }
-
-    /// Under a probe, a page comes from a released block the pool still holds when one covers it,
-    /// else from the device within the cap; blocks are forgotten once the pool holds none spare.
+    /// The pool places blocks where the allocator does, frees a block once its handle is dropped,
+    /// notes the stream, and under a cap releases a whole free segment before it fails.
     #[test]
-    fn oom_bisect_cap_reuses_only_spare_blocks_that_cover_a_page() {
-        let budget = alloc::boxed::Box::leak(alloc::boxed::Box::new(Budget::new(100 * MIB)));
-        budget.measure_with(fake_device);
-        let mut s = Capped::with_budget(BytesStorage::default(), Some(budget));
-        let set = |used: u64, spare: u64| {
-            USED.store(used * MIB, Ordering::SeqCst);
-            SPARE.store(spare * MIB, Ordering::SeqCst);
-        };
-        set(0, 0);
-        let page = s.alloc(30 * MIB).unwrap();
-        set(90, 0);
-        assert!(s.alloc(20 * MIB).is_err(), "90 + 20 MiB passes the 100 MiB cap");
-        assert!(s.alloc(10 * MIB).is_ok(), "90 + 10 MiB is within it");
-        s.dealloc(page.id);
-        set(95, 30);
-        assert!(s.alloc(20 * MIB).is_ok(), "the released 30 MiB block covers 20 MiB");
-        assert!(s.alloc(20 * MIB).is_err(), "its 10 MiB rest does not cover 20 MiB");
-        assert!(s.alloc(10 * MIB).is_ok(), "but covers 10 MiB");
-        let id = page2_id(&mut s);
-        s.dealloc(id);
-        set(95, 0);
-        assert!(
-            s.alloc(10 * MIB).is_err(),
-            "the pool returned its spare blocks: 95 + 10 MiB passes the cap"
-        );
+    fn oom_bisect_torch_pool_follows_the_allocator_and_notes_its_stream() {
+        let (mut pool, mut storage) = (TorchPool::new(0), BytesStorage::default());
+        let before = stream_len();
+        let a = pool.alloc(&mut storage, 30 * MIB).unwrap();
+        let b = pool.alloc(&mut storage, 12 * MIB).unwrap();
+        assert_eq!(pool.get_memory_usage().bytes_reserved, 42 * MIB);
+        drop(a);
+        set_cap(Some(44 * MIB));
+        let c = pool.alloc(&mut storage, 31 * MIB).unwrap();
+        assert_eq!(pool.allocator.stats().retries, 1, "30 MiB released for 32");
+        assert_eq!(pool.get_memory_usage().bytes_reserved, 44 * MIB);
+        assert!(pool.alloc(&mut storage, 4 * MIB).is_err(), "a 20 MiB segment is past the cap");
+        set_cap(None);
+        let binding = c.clone().binding();
+        assert_eq!(pool.find(&binding).unwrap().storage.size(), 31 * MIB);
+        drop((b, c, binding));
+        let (events, _) = stream();
+        assert_eq!(events.len() - before, 5, "four requests, and the release of `a`");
+        assert!(matches!(events[before + 2], Event::Free { .. }));
     }
 }

@@ -1,0 +1,73 @@
+//! A built-in trial's stream, replayed through PyTorch's caching allocator: the trial's need (the
+//! smallest ceiling it fits under), how that need splits into allocated and held bytes, and the
+//! verdict under the trial's own ceiling.
+
+use crate::protocol::{FailedRequest, Replayed};
+use pytorch_allocator::{replay, smallest_cap, Event};
+
+/// Replays `stream`, noted after the device held `before` bytes, against a ceiling of `ceiling`
+/// bytes (the allocator's cap is what the ceiling leaves after `before`).
+pub fn replayed(
+    stream: &[Event],
+    before: u64,
+    ceiling: u64,
+    device_held_ceiling: bool,
+    streams: u32,
+) -> Replayed {
+    let need = smallest_cap(stream);
+    let at_ceiling = replay(stream, Some(ceiling.saturating_sub(before)));
+    Replayed {
+        events: stream.len(),
+        need_bytes: before + need.cap,
+        allocated_bytes: need.at_cap.stats.peak_allocated,
+        retries: need.at_cap.stats.retries,
+        reserved_bytes: before + need.uncapped.stats.peak_reserved,
+        fails_at: at_ceiling.oom.map(|(index, oom)| FailedRequest {
+            index,
+            bytes: oom.requested,
+            allocated_bytes: oom.stats.allocated,
+        }),
+        retries_at_ceiling: at_ceiling.stats.retries,
+        device_held_ceiling,
+        streams,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn the_need_counts_what_was_held_before_the_stream() {
+        let stream = [
+            Event::Alloc {
+                id: 1,
+                size: 30 * MIB,
+            },
+            Event::Alloc {
+                id: 2,
+                size: 12 * MIB,
+            },
+            Event::Free { id: 1 },
+            Event::Alloc {
+                id: 3,
+                size: 31 * MIB,
+            },
+        ];
+        let r = replayed(&stream, 500 * MIB, 543 * MIB, false, 1);
+        assert_eq!(r.need_bytes, 544 * MIB);
+        assert_eq!(r.reserved_bytes, 574 * MIB);
+        assert_eq!((r.allocated_bytes, r.retries), (44 * MIB, 1));
+        let fails = r.fails_at.expect("a 43 MiB cap is 1 MiB short");
+        assert_eq!(
+            (fails.index, fails.bytes, fails.allocated_bytes),
+            (3, 31 * MIB, 12 * MIB)
+        );
+        assert_eq!(
+            replayed(&stream, 500 * MIB, 544 * MIB, false, 1).fails_at,
+            None
+        );
+    }
+}

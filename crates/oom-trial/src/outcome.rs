@@ -401,7 +401,8 @@ fn judge_by_replay(r: &mut TrialReport, marks: &[(Location, usize)]) {
         .map(|(l, _)| l);
     let message = format!(
         "PyTorch's caching allocator, replaying this trial's stream under the ceiling, cannot \
-         serve a request of {} bytes with {} bytes allocated, after {} retries",
+         serve a request of {} bytes with {} bytes allocated (its cache released and retried {} \
+         times)",
         f.bytes, f.allocated_bytes, a.retries_at_ceiling
     );
     set_oom(r, at, message, Some(f.bytes));

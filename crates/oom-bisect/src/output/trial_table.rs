@@ -90,11 +90,35 @@ fn steps(r: &TrialReport) -> String {
     s
 }
 
+/// Where the device and the replay of its stream disagree, and where several device streams were
+/// replayed as one: said, never silently.
+fn replay_note(r: &TrialReport) -> String {
+    let Some(a) = &r.allocator else {
+        return String::new();
+    };
+    let mut s = String::new();
+    if r.replay_disagrees() {
+        s += "the device fitted under the ceiling, but PyTorch's allocator replaying its stream \
+              does not: the device's verdict stands\n";
+    }
+    if a.streams > 1 {
+        s += &format!(
+            "{} device streams made requests; the replay treats them as one stream\n",
+            a.streams
+        );
+    }
+    s
+}
+
 fn ending(r: &TrialReport) -> String {
     let mut s = "\n".to_string();
     let of = r.ceiling_bytes.map(|c| format!(" of {}", fmt_bytes(c)));
-    // An out-of-memory's figure is what it tried to hold, never the lower reading before it.
-    if let (Some(at), Some(o)) = (r.failed_at(), &r.oom) {
+    // A run replayed through the caching allocator: what it needs, whatever its outcome.
+    if let (Some(_), Some(c)) = (&r.allocator, r.ceiling_bytes) {
+        s += &format!("{}\n", super::memory::need_text(r, c));
+        s += &replay_note(r);
+    } else if let (Some(at), Some(o)) = (r.failed_at(), &r.oom) {
+        // An out-of-memory's figure is what it tried to hold, never the lower reading before it.
         s += &format!(
             "tried to hold: {}{} ({} in use + {} requested)\n",
             fmt_bytes(at),

@@ -91,7 +91,9 @@ static NOTED: Mutex<Noted> = Mutex::new(Noted {
 });
 
 fn noted<R>(f: impl FnOnce(&mut Noted) -> R) -> R {
-    let mut guard = NOTED.lock().expect("the notes' lock is never poisoned: noting cannot panic");
+    let mut guard = NOTED
+        .lock()
+        .expect("the notes' lock is never poisoned: noting cannot panic");
     f(&mut guard)
 }
 
@@ -172,7 +174,9 @@ impl TorchPool {
         let mut i = 0;
         while i < self.live.len() {
             let (block, id) = self.live[i];
-            let slice = self.slices[block.index()].as_ref().expect("a live block has a slice");
+            let slice = self.slices[block.index()]
+                .as_ref()
+                .expect("a live block has a slice");
             if !slice.is_free() {
                 i += 1;
                 continue;
@@ -207,13 +211,13 @@ impl TorchPool {
             storage,
             segments: &mut self.segments,
         };
-        let block = self
-            .allocator
-            .malloc(size, &mut device)
-            .map_err(|oom| IoError::BufferTooBig {
-                size: oom.requested,
-                backtrace: BackTrace::capture(),
-            })?;
+        let block =
+            self.allocator
+                .malloc(size, &mut device)
+                .map_err(|oom| IoError::BufferTooBig {
+                    size: oom.requested,
+                    backtrace: BackTrace::capture(),
+                })?;
         let segment = self.segments[block.segment.index()]
             .as_ref()
             .expect("a block's segment has its storage");
@@ -348,13 +352,20 @@ mod tests {
         let c = pool.alloc(&mut storage, 31 * MIB).unwrap();
         assert_eq!(pool.allocator.stats().retries, 1, "30 MiB released for 32");
         assert_eq!(pool.get_memory_usage().bytes_reserved, 44 * MIB);
-        assert!(pool.alloc(&mut storage, 4 * MIB).is_err(), "a 20 MiB segment is past the cap");
+        assert!(
+            pool.alloc(&mut storage, 4 * MIB).is_err(),
+            "a 20 MiB segment is past the cap"
+        );
         set_cap(None);
         let binding = c.clone().binding();
         assert_eq!(pool.find(&binding).unwrap().storage.size(), 31 * MIB);
         drop((b, c, binding));
         let (events, _) = stream();
-        assert_eq!(events.len() - before, 5, "four requests, and the release of `a`");
+        assert_eq!(
+            events.len() - before,
+            5,
+            "four requests, and the release of `a`"
+        );
         assert!(matches!(events[before + 2], Event::Free { .. }));
     }
 }

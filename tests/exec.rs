@@ -572,3 +572,78 @@ fn a_served_trial_is_classified_from_its_trial_done() {
         assert_eq!(served.lines().count(), 1, "served once: {served:?}");
     }
 }
+
+/// A stand-in for PyTorch: `torch.cuda.memory` records and hands back a fixed allocator trace
+/// (30 MiB, 12 MiB, the 30 MiB freed, 31 MiB: PyTorch's allocator needs a 44 MiB cap for it, 74
+/// MiB without one). The trace is recorded through the sitecustomize `--exec` puts first on the
+/// command's PYTHONPATH, without a change to the command.
+const FAKE_TORCH: &str = r#"
+MIB = 1 << 20
+_events = [("alloc", 1, 30 * MIB), ("alloc", 2, 12 * MIB), ("free_completed", 1, 30 * MIB),
+           ("alloc", 3, 31 * MIB)]
+
+class _Memory:
+    recording = None
+
+    def _record_memory_history(self, **how):
+        _Memory.recording = how
+
+    def _snapshot(self):
+        assert _Memory.recording, "recording was turned on at import"
+        return {"device_traces": [[dict(action=a, addr=x, size=s, stream=0) for a, x, s in _events]]}
+
+class cuda:
+    memory = _Memory()
+
+    @staticmethod
+    def is_available():
+        return True
+"#;
+
+/// `trial --exec` of a command that imports the stand-in torch, under `limit`.
+fn traced_trial(name: &str, limit: &str) -> (Output, Value) {
+    let d = tmp(name);
+    std::fs::create_dir_all(d.join("fake/torch")).unwrap();
+    write(&d.join("fake/torch"), "__init__.py", FAKE_TORCH);
+    let cfg = write(&d, "toy.toml", TOY);
+    let j = d.join("t.json");
+    let fake = d.join("fake");
+    let args = [
+        "trial",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--memory-limit",
+        limit,
+    ];
+    let args = [&args[..], &["--json", j.to_str().unwrap()]].concat();
+    let o = run_exec(
+        &d,
+        &args,
+        "python3 -c 'import torch'",
+        &[("PYTHONPATH", fake.to_str().unwrap())],
+    );
+    (o, json_if_written(&j))
+}
+
+#[test]
+fn a_pytorch_commands_allocator_trace_is_replayed_without_touching_its_script() {
+    let (o, r) = traced_trial("traced-fits", "44MiB");
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let a = &r["allocator"];
+    assert_eq!(a["need_bytes"], 44u64 << 20, "{r}");
+    assert_eq!(a["reserved_bytes"], 74u64 << 20);
+    assert_eq!(
+        (a["retries"].as_u64(), a["events"].as_u64()),
+        (Some(1), Some(4))
+    );
+    assert!(a["source"].as_str().unwrap().contains("trace"), "{a}");
+    assert!(text(&o).contains("needs 44.0 MiB"), "{}", text(&o));
+    // A MiB less: the command itself ended well (the CPU enforces nothing), the replay says OOM.
+    let (o, r) = traced_trial("traced-oom", "43MiB");
+    assert_eq!(code(&o), 3, "{}", text(&o));
+    assert_eq!(r["outcome"], "oom");
+    assert!(
+        r["oom"]["message"].as_str().unwrap().contains("replaying"),
+        "{r}"
+    );
+}

@@ -19,6 +19,7 @@
 
 mod config_file;
 mod contain;
+mod torch_trace;
 #[cfg(feature = "cuda")]
 mod watch;
 
@@ -36,6 +37,7 @@ use std::path::Path;
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
+use torch_trace::TorchTrace;
 
 /// The config file's path, in the command's environment.
 pub const CONFIG_ENV: &str = "OOM_BISECT_CONFIG";
@@ -116,7 +118,13 @@ pub fn command_line(command: &str, config: &Path) -> String {
 pub fn run(req: &Request, command: &str) -> Result<()> {
     let file = ConfigFile::write(&req.config)?;
     let held = hold(req)?;
-    let mut cmd = Watched::start(command, &file.path, held, req.serve)?;
+    // A process per trial: a PyTorch command's allocator is traced. A served command's trace
+    // would hold every trial it ran.
+    let trace = match req.serve {
+        true => None,
+        false => Some(TorchTrace::prepare(&file)?),
+    };
+    let mut cmd = Watched::start(command, &file.path, held, trace)?;
     if req.serve {
         return serve(cmd, req, file);
     }
@@ -198,6 +206,8 @@ struct Watched {
     lines: Receiver<Line>,
     held: Held,
     contain: Containment,
+    /// Where a command in a process of its own writes its allocator trace (a PyTorch one).
+    trace: Option<TorchTrace>,
 }
 
 /// One trial's readings.
@@ -228,15 +238,24 @@ enum End {
 }
 
 impl Watched {
-    fn start(command: &str, config: &Path, held: Held, serve: bool) -> Result<Watched> {
+    /// Starts the command; without a trace it serves trials (`--serve`).
+    fn start(
+        command: &str,
+        config: &Path,
+        held: Held,
+        trace: Option<TorchTrace>,
+    ) -> Result<Watched> {
         let contain = Containment::new();
-        let (mut child, output) = spawn(command, config, &held, &contain, serve)?;
+        let serve = trace.is_none();
+        let env = trace.as_ref().map(TorchTrace::env).unwrap_or_default();
+        let (mut child, output) = spawn(command, config, &held, &env, &contain, serve)?;
         Ok(Watched {
             input: child.stdin.take(),
             lines: read_output(output, serve),
             child,
             held,
             contain,
+            trace,
         })
     }
 
@@ -310,6 +329,9 @@ impl Watched {
                 Line::Other(l) => trial.other(l),
             }
         }
+        if status.is_some_and(|s| s.success()) {
+            self.replay_trace(trial.peak.sampled);
+        }
         let (peak_bytes, peak_source) = trial.peak.best(&self.held);
         let kills = self.contain.oom_kills();
         emit(&ChildEvent::Exited(Exited {
@@ -324,6 +346,41 @@ impl Watched {
             served: false,
             output: trial.output.map(|o| o.text()),
         }));
+    }
+
+    /// A command that ran to its end and left an allocator trace: the trace replayed, as a built-in
+    /// trial's stream is. What the command held outside its allocator (its CUDA context, loaded
+    /// kernels) is its highest device reading (`sampled`) less the most the allocator reserved,
+    /// and counts in its need; on the CPU it is not known.
+    fn replay_trace(&self, sampled: Option<u64>) {
+        let Some(read) = self.trace.as_ref().and_then(TorchTrace::read) else {
+            return;
+        };
+        let traced = match read {
+            Ok(t) if !t.oom => t,
+            Ok(_) => return,
+            Err(e) => {
+                eprintln!("oom-bisect __trial: {e:#}");
+                return;
+            }
+        };
+        let on_device = self.held.backend == BackendKind::Cuda;
+        let reserved = pytorch_allocator::replay(&traced.events, None)
+            .stats
+            .peak_reserved;
+        let outside = match on_device {
+            true => sampled.unwrap_or(0).saturating_sub(reserved),
+            false => 0,
+        };
+        let mut r = crate::replayed::replayed(
+            &traced.events,
+            outside,
+            self.held.start.1,
+            on_device,
+            traced.streams,
+        );
+        r.source = Some("PyTorch's allocator trace of your command".into());
+        emit(&ChildEvent::Replayed(r));
     }
 
     /// Hands a served command its next trial. A command that is gone cannot read it; how it
@@ -354,6 +411,7 @@ fn spawn(
     command: &str,
     config: &Path,
     held: &Held,
+    env: &[(String, String)],
     contain: &Containment,
     serve: bool,
 ) -> Result<(Child, PipeReader)> {
@@ -362,7 +420,7 @@ fn spawn(
     cmd.arg("-c")
         .arg(command_line(command, config))
         .env(CONFIG_ENV, config)
-        .envs(held.env.iter().map(|(k, v)| (k, v)))
+        .envs(held.env.iter().chain(env).map(|(k, v)| (k, v)))
         .stdin(if serve { Stdio::piped() } else { Stdio::null() })
         .stdout(write.try_clone().context("could not duplicate the pipe")?)
         .stderr(write);

@@ -366,7 +366,11 @@ fn set_oom(r: &mut TrialReport, at: Option<&Location>, message: String, bytes: O
 /// Sets the outcome, in order of precedence (see the module documentation).
 fn classify(r: &mut TrialReport, t: Trace, exit: ChildExit, stderr: &str) {
     if let (Some(x), false) = (&t.exited, exit == ChildExit::TimedOut) {
-        return classify_exec(r, x, t.last_at.as_ref(), stderr);
+        classify_exec(r, x, t.last_at.as_ref(), stderr);
+        if r.outcome == TrialOutcome::Fits {
+            judge_by_replay(r, &t.marks);
+        }
+        return;
     }
     if let Some((message, bytes)) = allocation_failure(&t.panics, stderr) {
         return set_oom(r, t.last_at.as_ref(), message, bytes);

@@ -297,6 +297,9 @@ pub struct Replayed {
     /// one, which PyTorch would not do.
     #[serde(default = "one")]
     pub streams: u32,
+    /// Where the stream comes from, where it is not the built-in trial's own pools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 fn one() -> u32 {

@@ -30,6 +30,7 @@ pub fn replayed(
         retries_at_ceiling: at_ceiling.stats.retries,
         device_held_ceiling,
         streams,
+        source: None,
     }
 }
 

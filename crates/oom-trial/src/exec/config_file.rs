@@ -46,6 +46,20 @@ impl ConfigFile {
     }
 }
 
+impl ConfigFile {
+    /// A file of its own beside the config, in the same private directory (removed with it).
+    pub fn beside(&self, name: &str, text: &str) -> Result<PathBuf> {
+        let path = self.dir.join(name);
+        create_new(&path, text)?;
+        Ok(path)
+    }
+
+    /// The private directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
 impl Drop for ConfigFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);

@@ -274,7 +274,7 @@ fn a_trial_measures_one_step_only_far_below_its_ceiling() {
     assert_eq!(steps(&lazy), 2, "{lazy}");
     // A ceiling the first step's peak takes 95% of: the second step runs, and still fits.
     let near = (far["peak_bytes"].as_u64().unwrap() as f64 / 0.95) as u64;
-    let (o, r) = tiny_trial("steps-near", &["--memory-limit", &near.to_string()]);
+    let (o, r) = tiny_trial("steps-near", &["--memory-limit", &format!("{near}B")]);
     assert_eq!(code(&o), 0, "{}", text(&o));
     assert_eq!(steps(&r), 2, "{r}");
 }

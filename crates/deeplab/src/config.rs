@@ -392,7 +392,8 @@ impl MemoryModel {
     }
 }
 
-/// `memory_limit = "24GiB"` or `memory_limit = 25769803776`: the text either way.
+/// `memory_limit = "24GiB"` or `memory_limit = 25769803776` (bytes): the text either way, the
+/// whole number with its unit.
 fn size_or_bytes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
@@ -402,7 +403,7 @@ fn size_or_bytes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String
     }
     match Size::deserialize(d) {
         Ok(Size::Text(t)) => Ok(Some(t)),
-        Ok(Size::Bytes(b)) => Ok(Some(b.to_string())),
+        Ok(Size::Bytes(b)) => Ok(Some(format!("{b}B"))),
         Err(_) => Err(serde::de::Error::custom(
             "expected a size such as \"24GiB\" or a whole number of bytes",
         )),

@@ -1,33 +1,201 @@
 //! Common cards for `--gpu NAME`: a ceiling by name ("behave like a 24 GiB RTX 3090").
 
-/// (name, aliases, memory in MiB, description). Cards sold by binary size (GDDR: "24 GB" is
-/// 24 GiB) are that size; an H200's "141 GB" is what CUDA reports on our H200, 139.80 GiB
-/// (docs/runs/h200, PyTorch's "total capacity"). A card a little larger than the device it is asked
-/// of is that device (`settings::check_ceiling`).
-pub const GPUS: &[(&str, &[&str], u64, &str)] = &[
-    ("rtx3060", &["3060"], 12288, "NVIDIA GeForce RTX 3060 12 GB"),
-    ("rtx3080", &["3080"], 10240, "NVIDIA GeForce RTX 3080 10 GB"),
-    ("rtx3090", &["3090"], 24576, "NVIDIA GeForce RTX 3090 24 GB"),
-    (
+/// A card: its name for `--gpu`, other names, what the box says, and the memory CUDA reports for
+/// it, the ceiling it is. That figure is what PyTorch's out-of-memory message calls the card's
+/// "total capacity" (the driver keeps the rest); `source` says where it was read. Where no such
+/// report was found, the box's size stands, and `source` says so: a trial under it is a little
+/// larger than the card.
+pub struct Card {
+    pub name: &'static str,
+    pub aliases: &'static [&'static str],
+    pub desc: &'static str,
+    /// The box's size, GiB (cards are sold in binary sizes: "24 GB" is 24 GiB).
+    pub box_gib: u32,
+    /// What CUDA reports, GiB to two places, where a report was found.
+    pub cuda_gib: Option<f64>,
+    pub source: &'static str,
+}
+
+impl Card {
+    /// The card's ceiling in bytes.
+    pub fn bytes(&self) -> u64 {
+        match self.cuda_gib {
+            Some(g) => (g * (1u64 << 30) as f64) as u64,
+            None => (self.box_gib as u64) << 30,
+        }
+    }
+}
+
+const BOX: &str = "the box's size: no CUDA report found";
+
+/// The cards `--gpu` knows, smallest first.
+pub const GPUS: &[Card] = &[
+    card(
+        "rtx3070",
+        &["3070"],
+        "NVIDIA GeForce RTX 3070 8 GB",
+        8,
+        Some(7.78),
+        "github.com/akshitac8/OW-DETR/issues/46",
+    ),
+    card(
+        "rtx4060",
+        &["4060"],
+        "NVIDIA GeForce RTX 4060 8 GB",
+        8,
+        Some(7.75),
+        "github.com/ESRSchao/EdgeRegNet/issues/2",
+    ),
+    card(
+        "rtx3080",
+        &["3080"],
+        "NVIDIA GeForce RTX 3080 10 GB",
+        10,
+        Some(9.78),
+        "github.com/zai-org/CogVideo/issues/34",
+    ),
+    card(
+        "rtx3060",
+        &["3060"],
+        "NVIDIA GeForce RTX 3060 12 GB",
+        12,
+        None,
+        BOX,
+    ),
+    card(
+        "rtx4070",
+        &["4070"],
+        "NVIDIA GeForce RTX 4070 12 GB",
+        12,
+        None,
+        BOX,
+    ),
+    card(
+        "t4",
+        &[],
+        "NVIDIA T4 16 GB",
+        16,
+        Some(14.75),
+        "github.com/hpcaitech/Open-Sora/issues/697",
+    ),
+    card(
         "rtx4060ti",
         &["4060ti"],
-        16384,
         "NVIDIA GeForce RTX 4060 Ti 16 GB",
+        16,
+        None,
+        BOX,
     ),
-    ("rtx4070", &["4070"], 12288, "NVIDIA GeForce RTX 4070 12 GB"),
-    ("rtx4080", &["4080"], 16384, "NVIDIA GeForce RTX 4080 16 GB"),
-    ("rtx4090", &["4090"], 24576, "NVIDIA GeForce RTX 4090 24 GB"),
-    ("rtx5090", &["5090"], 32768, "NVIDIA GeForce RTX 5090 32 GB"),
-    ("t4", &[], 16384, "NVIDIA T4 16 GB"),
-    ("v100-16", &["v100"], 16384, "NVIDIA V100 16 GB"),
-    ("v100-32", &[], 32768, "NVIDIA V100 32 GB"),
-    ("a10", &["a10g"], 24576, "NVIDIA A10 / A10G 24 GB"),
-    ("l4", &[], 24576, "NVIDIA L4 24 GB"),
-    ("a100-40", &["a100"], 40960, "NVIDIA A100 40 GB"),
-    ("a100-80", &[], 81920, "NVIDIA A100 80 GB"),
-    ("h100", &["h100-80"], 81920, "NVIDIA H100 80 GB"),
-    ("h200", &[], 143_155, "NVIDIA H200 141 GB"),
+    card(
+        "rtx4080",
+        &["4080"],
+        "NVIDIA GeForce RTX 4080 16 GB",
+        16,
+        None,
+        BOX,
+    ),
+    card("v100-16", &["v100"], "NVIDIA V100 16 GB", 16, None, BOX),
+    card(
+        "l4",
+        &[],
+        "NVIDIA L4 24 GB",
+        24,
+        Some(22.03),
+        "github.com/ArcInstitute/evo2/issues/190",
+    ),
+    card(
+        "rtx4090",
+        &["4090"],
+        "NVIDIA GeForce RTX 4090 24 GB",
+        24,
+        Some(23.64),
+        "github.com/3DTopia/Phidias-Diffusion/issues/8",
+    ),
+    card(
+        "rtx3090",
+        &["3090"],
+        "NVIDIA GeForce RTX 3090 24 GB",
+        24,
+        Some(23.70),
+        "github.com/GaoLii/DSP/issues/10",
+    ),
+    card(
+        "a10",
+        &["a10g"],
+        "NVIDIA A10 / A10G 24 GB",
+        24,
+        Some(23.70),
+        "github.com/tatsu-lab/stanford_alpaca/issues/76",
+    ),
+    card(
+        "rtx5090",
+        &["5090"],
+        "NVIDIA GeForce RTX 5090 32 GB",
+        32,
+        Some(31.37),
+        "github.com/Wan-Video/Wan2.1/issues/465",
+    ),
+    card(
+        "v100-32",
+        &[],
+        "NVIDIA V100 32 GB",
+        32,
+        Some(31.74),
+        "github.com/haotian-liu/LLaVA/issues/812",
+    ),
+    card(
+        "a100-40",
+        &["a100"],
+        "NVIDIA A100 40 GB",
+        40,
+        Some(39.50),
+        "github.com/TianheWu/CoSeR/issues/10",
+    ),
+    card(
+        "l40",
+        &["l40s"],
+        "NVIDIA L40 / L40S 48 GB",
+        48,
+        Some(44.40),
+        "github.com/QwenLM/Qwen3-VL/issues/2097",
+    ),
+    card(
+        "a100-80",
+        &[],
+        "NVIDIA A100 80 GB",
+        80,
+        Some(79.25),
+        "github.com/levihsu/OOTDiffusion/issues/235",
+    ),
+    card("h100", &["h100-80"], "NVIDIA H100 80 GB", 80, None, BOX),
+    card(
+        "h200",
+        &[],
+        "NVIDIA H200 141 GB",
+        141,
+        Some(139.80),
+        "torch.cuda.get_device_properties on the H200 this project measures on",
+    ),
 ];
+
+#[allow(clippy::too_many_arguments)]
+const fn card(
+    name: &'static str,
+    aliases: &'static [&'static str],
+    desc: &'static str,
+    box_gib: u32,
+    cuda_gib: Option<f64>,
+    source: &'static str,
+) -> Card {
+    Card {
+        name,
+        aliases,
+        desc,
+        box_gib,
+        cuda_gib,
+        source,
+    }
+}
 
 /// A warning when a size given in decimal units (`24GB`) lands just under a card's memory: cards
 /// are sold in binary sizes ("24 GB" is 24 GiB), so `24GB` (22.35 GiB) is not what the box says.
@@ -39,17 +207,22 @@ pub fn decimal_warning(given: &str, bytes: u64) -> Option<String> {
     if !decimal || bytes == 0 {
         return None;
     }
-    let (name, _, mib, desc) = GPUS.iter().find(|(_, _, mib, _)| {
-        let ratio = (mib << 20) as f64 / bytes as f64;
+    let size = GPUS.iter().map(|c| c.box_gib).find(|g| {
+        let ratio = ((*g as u64) << 30) as f64 / bytes as f64;
         (1.0..1.1).contains(&ratio)
     })?;
+    let cards: Vec<String> = GPUS
+        .iter()
+        .filter(|c| c.box_gib == size)
+        .map(|c| format!("{} ({})", c.name, oom_trial::fmt_bytes(c.bytes())))
+        .collect();
     Some(format!(
-        "{given} is read in decimal units: {} bytes = {}. The {desc} has {} (cards are sold in \
-         binary sizes); for that card write {}GiB or --gpu {name}",
+        "{given} is read in decimal units: {} bytes = {}. Cards are sold in binary sizes: a \
+         \"{size} GB\" card has {size} GiB, and CUDA reports less of it; for a card, write --gpu \
+         with its name: {}",
         bytes,
         oom_trial::fmt_bytes(bytes),
-        oom_trial::fmt_bytes(mib << 20),
-        mib / 1024,
+        cards.join(", ")
     ))
 }
 
@@ -64,26 +237,46 @@ fn norm(s: &str) -> String {
         .to_string()
 }
 
-/// Bytes of the named card.
+/// The named card's ceiling in bytes, and its description.
 pub fn lookup(name: &str) -> Option<(u64, &'static str)> {
     let n = norm(name);
     GPUS.iter()
-        .find(|(k, aliases, _, _)| *k == n || aliases.contains(&n.as_str()))
-        .map(|(_, _, mib, desc)| (mib << 20, *desc))
+        .find(|c| c.name == n || c.aliases.contains(&n.as_str()))
+        .map(|c| (c.bytes(), c.desc))
 }
 
+/// `--gpu help`: every card, its ceiling, and where that figure comes from.
 pub fn table() -> String {
-    let mut s = String::from("Cards for --gpu (the ceiling is the card's memory):\n");
-    for (k, aliases, mib, desc) in GPUS {
-        let a = if aliases.is_empty() {
-            String::new()
-        } else {
-            format!(" (also {})", aliases.join(", "))
+    let mut s = String::from(
+        "Cards for --gpu (the ceiling is the memory CUDA reports for the card, as PyTorch's \
+         out-of-memory message gives it; the CUDA context counts inside it, as on the card):\n",
+    );
+    for c in GPUS {
+        let a = match c.aliases {
+            [] => String::new(),
+            a => format!(" (also {})", a.join(", ")),
         };
-        let gib = *mib as f64 / 1024.0;
-        s.push_str(&format!("  {k:<10} {gib:>6.1} GiB  {desc}{a}\n"));
+        s.push_str(&format!(
+            "  {:<10} {:>10}  {}{a}  [{}]\n",
+            c.name,
+            oom_trial::fmt_bytes(c.bytes()),
+            c.desc,
+            c.source
+        ));
     }
     s
+}
+
+/// The cards a configuration that needs `need` bytes (its CUDA context included) fits on, and
+/// those it does not, by name, smallest first.
+pub fn fits_on(need: u64) -> (Vec<&'static str>, Vec<&'static str>) {
+    let mut cards: Vec<&Card> = GPUS.iter().collect();
+    cards.sort_by_key(|c| c.bytes());
+    let (fit, not): (Vec<&Card>, Vec<&Card>) = cards.into_iter().partition(|c| need <= c.bytes());
+    (
+        fit.iter().map(|c| c.name).collect(),
+        not.iter().map(|c| c.name).collect(),
+    )
 }
 
 #[cfg(test)]
@@ -92,18 +285,42 @@ mod tests {
     #[test]
     fn decimal_sizes_near_a_card_are_questioned() {
         let w = super::decimal_warning("--memory-limit 24GB", 24_000_000_000).unwrap();
-        assert!(w.contains("22.35 GiB") && w.contains("24GiB"), "{w}");
+        assert!(
+            w.contains("22.35 GiB") && w.contains("rtx3090 (23.70 GiB)"),
+            "{w}"
+        );
         assert!(super::decimal_warning("--memory-limit 24GiB", 24 << 30).is_none());
         assert!(super::decimal_warning("--memory-limit 5GB", 5_000_000_000).is_none());
     }
 
     #[test]
-    fn names() {
-        assert_eq!(super::lookup("RTX 3090").unwrap().0, 24 << 30);
-        assert_eq!(super::lookup("rtx3090").unwrap().0, 24 << 30);
-        assert_eq!(super::lookup("a100").unwrap().0, 40 << 30);
+    fn names_and_what_cuda_reports() {
+        // A 3090's 24 GiB box, of which CUDA reports 23.70 GiB.
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        assert!((gib(super::lookup("RTX 3090").unwrap().0) - 23.70).abs() < 0.005);
+        assert_eq!(super::lookup("rtx3090"), super::lookup("3090"));
+        assert!((gib(super::lookup("a100").unwrap().0) - 39.50).abs() < 0.005);
         assert!(super::lookup("voodoo2").is_none());
-        // What CUDA reports of an H200, not its "141 GB" read as GiB (more than the card has).
-        assert_eq!(super::lookup("h200").unwrap().0, 143_155 << 20);
+        // Without a CUDA report, the box.
+        assert_eq!(super::lookup("h100").unwrap().0, 80 << 30);
+        // Every card's source is a report, or says there is none.
+        for c in super::GPUS {
+            assert!(
+                c.cuda_gib.is_some() != (c.source == super::BOX),
+                "{}",
+                c.name
+            );
+            assert!(c.bytes() <= (c.box_gib as u64) << 30, "{}", c.name);
+        }
+    }
+
+    #[test]
+    fn a_need_fits_the_cards_that_hold_it() {
+        let (fit, not) = super::fits_on(23u64 << 30);
+        assert!(
+            fit.contains(&"rtx3090") && fit.contains(&"a100-40"),
+            "{fit:?}"
+        );
+        assert!(not.contains(&"l4") && not.contains(&"t4"), "{not:?}");
     }
 }

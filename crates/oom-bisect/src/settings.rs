@@ -323,6 +323,12 @@ fn choose_ceiling(
     }
 }
 
+/// The smallest and largest ceilings taken: below a MiB nothing trains, and no device has a PiB.
+const MIN_CEILING: u64 = 1 << 20;
+const MAX_CEILING: u64 = 1 << 50;
+/// The smallest share of a device taken as a ceiling.
+const MIN_FRACTION: f64 = 1e-4;
+
 /// One ceiling parsed; errors name where it came from (`name`: the flag or the config key).
 fn parse_ceiling(kind: CeilingKind, value: &str, name: &str) -> Result<Ceiling> {
     let bad = |m: String| user(code::BAD_CEILING, format!("{name}: {m}"));
@@ -330,13 +336,27 @@ fn parse_ceiling(kind: CeilingKind, value: &str, name: &str) -> Result<Ceiling> 
     match kind {
         // `none` removes a ceiling the config sets (the flag wins over the file).
         CeilingKind::Limit if value.trim().eq_ignore_ascii_case("none") => Ok(Ceiling::None),
+        CeilingKind::Limit if value.trim().chars().all(|c| c.is_ascii_digit() || c == '.') => {
+            Err(bad(format!(
+                "`{shown}` has no unit: write {0}GiB, {0}MiB or {0}GB (decimal), or {0}B for \
+                 bytes",
+                shown.trim()
+            )))
+        }
         CeilingKind::Limit => {
             let size = parse_size(value).map_err(|m| bad(m.replace(value, &shown)))?;
-            Ok(Ceiling::Bytes(size))
+            match size {
+                MIN_CEILING..=MAX_CEILING => Ok(Ceiling::Bytes(size)),
+                _ => Err(bad(format!(
+                    "{shown} is outside what a device can be ({} to {})",
+                    fmt_bytes(MIN_CEILING),
+                    fmt_bytes(MAX_CEILING)
+                ))),
+            }
         }
         CeilingKind::Fraction => match value.parse::<f64>() {
-            Ok(f) if f > 0.0 && f <= 1.0 => Ok(Ceiling::Fraction(f)),
-            _ => Err(bad(format!("{shown} is not in (0, 1]"))),
+            Ok(f) if (MIN_FRACTION..=1.0).contains(&f) => Ok(Ceiling::Fraction(f)),
+            _ => Err(bad(format!("{shown} is not in [{MIN_FRACTION}, 1]"))),
         },
         CeilingKind::Gpu => match gpus::lookup(value) {
             Some((b, _)) => Ok(Ceiling::Bytes(b)),
@@ -404,10 +424,18 @@ fn check_ceiling(
             return Ok((Ceiling::None, Some(total)));
         }
         if b > total {
+            // A GPU-sized ceiling on a machine without one: what can answer here instead.
+            let instead = match backend {
+                BackendKind::Cpu => {
+                    ". Without a GPU, --estimate answers every trial from the model's own \
+                     estimate in seconds, and --exec runs your own training command"
+                }
+                BackendKind::Cuda => "",
+            };
             return Err(user(
                 code::BAD_CEILING,
                 format!(
-                    "the ceiling {} is larger than {what} ({}); choose at most {}",
+                    "the ceiling {} is larger than {what} ({}); choose at most {}{instead}",
                     fmt_bytes(b),
                     fmt_bytes(total),
                     fmt_bytes(total)

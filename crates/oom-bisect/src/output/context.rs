@@ -50,6 +50,12 @@ impl Context<'_> {
             .unwrap_or_else(|| "unknown".into())
     }
 
+    /// Whether the trials ran on CUDA (a need then counts the CUDA context, as a card does).
+    pub fn on_cuda(&self) -> bool {
+        self.original_report()
+            .is_some_and(|r| r.backend == Some(oom_trial::BackendKind::Cuda))
+    }
+
     /// The report of a candidate's first run.
     pub fn report(&self, c: &Candidate) -> Option<&TrialReport> {
         self.reports.get(&(c.clone(), 0))

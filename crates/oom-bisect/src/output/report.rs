@@ -76,6 +76,7 @@ fn confirmed_runs(a: &AxisSearch, last_fit: &Probe, first_oom: &Probe) -> String
 pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
     let mut s = header(cx);
     s += &verdict(d, cx);
+    s += &cards(d, cx);
     s += &super::diagnosis::text(d, cx);
     s += &where_the_memory_is(cx);
     s += &boundaries(d, cx);
@@ -183,6 +184,40 @@ fn verdict(d: &Diagnosis, cx: &Context<'_>) -> String {
             "Verdict: the original configuration could not be measured: {}\n",
             o.note
         ),
+    }
+}
+
+/// Which of `--gpu help`'s cards the original and each fix fit on, from the needs measured: on
+/// CUDA, where a need counts the CUDA context as the card does.
+fn cards(d: &Diagnosis, cx: &Context<'_>) -> String {
+    if !cx.on_cuda() {
+        return String::new();
+    }
+    let need = cx.whole_run().and_then(|(r, _)| memory::whole(r));
+    let Some(need) = d.original.need_bytes.or(need) else {
+        return String::new();
+    };
+    let mut s = format!("Fits on: {}.\n", fits_on_text(need));
+    let fixes = d
+        .fixes
+        .iter()
+        .filter_map(|f| Some((f, f.measurement.need_bytes?)));
+    for (f, need) in fixes {
+        s += &format!("  with {}: {}\n", f.change, fits_on_text(need));
+    }
+    s
+}
+
+/// `rtx3090, a100-40, … (not rtx3070, …, l4)`, or `none of the cards --gpu knows`.
+fn fits_on_text(need: u64) -> String {
+    let (fit, not) = crate::gpus::fits_on(need);
+    match (fit.is_empty(), not.is_empty()) {
+        (true, _) => format!(
+            "none of the cards --gpu knows (it needs {})",
+            fmt_bytes(need)
+        ),
+        (false, true) => "every card --gpu knows".into(),
+        (false, false) => format!("{} (not {})", fit.join(", "), not.join(", ")),
     }
 }
 

@@ -363,6 +363,50 @@ fn exec_trial(name: &str, command: &str, extra: &[&str], env: &[(&str, &str)]) -
     (o, json_if_written(&j))
 }
 
+/// The failure is the failing exception itself: a kill is an error whatever was printed before
+/// it; a log line or a test's assertion that mentions an out-of-memory is not one; a real
+/// out-of-memory followed by Python's report of an exception ignored at exit, and NCCL's CUDA
+/// out-of-memory, are.
+#[test]
+fn only_the_failing_exception_says_out_of_memory() {
+    let oom = "echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.'";
+    let cases = [
+        ("killed-term", format!("{oom}; kill -TERM $$"), "error"),
+        ("killed-9", format!("{oom}; kill -9 $$"), "error"),
+        (
+            "health",
+            "echo 'health: no CUDA out of memory so far'; exit 1".into(),
+            "error",
+        ),
+        (
+            "assertion",
+            "echo 'AssertionError: expected no torch.OutOfMemoryError during warm-up' >&2; exit 1"
+                .into(),
+            "error",
+        ),
+        (
+            "ignored",
+            format!(
+                "{oom} >&2; echo 'Exception ignored in: <function L.__del__ at 0x1>' >&2; \
+                 echo 'AttributeError: close' >&2; exit 1"
+            ),
+            "oom",
+        ),
+        (
+            "nccl",
+            "echo 'ncclUnhandledCudaError: Call to CUDA function failed.' >&2; \
+             echo 'Last error:' >&2; echo \"Cuda failure 'out of memory'\" >&2; exit 1"
+                .into(),
+            "oom",
+        ),
+    ];
+    for (name, cmd, want) in cases {
+        let (o, r) = exec_trial(name, &cmd, &[], &[]);
+        assert_eq!(r["outcome"], want, "{name}: {}", text(&o));
+        assert_eq!(code(&o), if want == "oom" { 3 } else { 125 }, "{name}");
+    }
+}
+
 #[test]
 fn an_oom_phrase_in_the_log_is_not_the_failure() {
     let log = "echo 'health check: no CUDA out of memory errors so far'";

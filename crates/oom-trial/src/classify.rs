@@ -39,64 +39,100 @@ fn size_after(message: &str, marker: &str) -> Option<u64> {
     crate::parse_size(&format!("{num}{unit}")).ok()
 }
 
+/// Exception types that are an out-of-memory whatever their message: PyTorch's
+/// (`torch.OutOfMemoryError`, `torch.cuda.OutOfMemoryError`), Python's `MemoryError`.
+fn oom_type(name: &str) -> bool {
+    name.ends_with("OutOfMemoryError") || name == "MemoryError"
+}
+
+/// Exception types that carry a runtime's failure, an out-of-memory among others: their message
+/// says which. Any other type (`AssertionError`, `ValueError`, a logger's `health:`) is not an
+/// out-of-memory, whatever its message mentions.
+const CARRIERS: [&str; 8] = [
+    "ncclUnhandledCudaError",
+    "RuntimeError",
+    "Error",
+    "XlaRuntimeError",
+    "JaxRuntimeError",
+    "ResourceExhaustedError",
+    "InternalError",
+    "DistBackendError",
+];
+
+/// How the frameworks' out-of-memory messages begin (after the exception type).
+const OOM_STARTS: [&str; 8] = [
+    "CUDA out of memory",
+    "HIP out of memory",
+    "CUDA error: out of memory",
+    "CUDA error: CUBLAS_STATUS_ALLOC_FAILED",
+    "cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+    "RESOURCE_EXHAUSTED: Out of memory",
+    "RESOURCE_EXHAUSTED: Failed to allocate",
+    "OOM when allocating",
+];
+
+/// Codes and texts that are an allocation failure wherever they stand in a runtime's message:
+/// our own trials' (burn-cuda's device thread, the CPU ceiling, Rust's abort), the CUDA driver's
+/// and libraries' codes, C++'s `std::bad_alloc`, PyTorch's CPU allocator, NCCL's.
+const OOM_CODES: [&str; 10] = [
+    "can't allocate buffer of size",
+    CPU_REFUSAL,
+    "CUDA_ERROR_OUT_OF_MEMORY",
+    "cudaErrorMemoryAllocation",
+    "CUBLAS_STATUS_ALLOC_FAILED",
+    "CUDNN_STATUS_ALLOC_FAILED",
+    "std::bad_alloc",
+    "DefaultCPUAllocator: not enough memory",
+    "Cuda failure 'out of memory'",
+    "Cuda failure 2 'out of memory'",
+];
+
+/// A failure line's exception type (the last segment of a dotted name before `: `, or the line
+/// when it is a bare name) and its message.
+fn exception(m: &str) -> (Option<&str>, &str) {
+    let mut t = m.trim();
+    // Java's `Exception in thread "main" java.lang.OutOfMemoryError: Java heap space`.
+    if let Some(rest) = t.strip_prefix("Exception in thread \"") {
+        t = rest.split_once("\" ").map_or(rest, |(_, after)| after);
+    }
+    let (head, rest) = match t.split_once(": ") {
+        Some((h, r)) => (h, r),
+        None => (t.strip_suffix(':').unwrap_or(t), ""),
+    };
+    let identifier = !head.is_empty()
+        && head
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
+    match identifier {
+        true => (Some(head.rsplit('.').next().unwrap_or(head)), rest),
+        false => (None, t),
+    }
+}
+
 /// The out-of-memory messages of the frameworks a `--exec` command may use, and of our own trials;
-/// the failed request's size when the message gives it. Texts in `tests/fixtures/messages.tsv`.
+/// the failed request's size when the message gives it. Decided by the exception type first (a
+/// test's `AssertionError` that mentions an out-of-memory is not one), then by how the message
+/// begins or a code it carries. Texts in `tests/fixtures/messages.tsv`.
 fn allocation_failure(m: &str) -> Option<Option<u64>> {
-    let lower = m.to_ascii_lowercase();
-    // burn-cuda 0.21 / cubecl 0.10, on the device-runner thread.
-    if m.contains("can't allocate buffer of size") {
-        return Some(size_after(m, "can't allocate buffer of size:"));
+    let size = || {
+        size_after(m, "Tried to allocate")
+            .or_else(|| size_after(m, "can't allocate buffer of size:"))
+            .or_else(|| size_after(m, CPU_REFUSAL))
+            .or_else(|| size_after(m, "memory allocation of"))
+            .or_else(|| size_after(m, "you tried to allocate"))
+            .or_else(|| size_after(m, "trying to allocate"))
+            .or_else(|| size_after(m, "request for"))
+    };
+    let (ty, message) = exception(m);
+    match ty {
+        Some(t) if oom_type(t) => return Some(size()),
+        Some(t) if !CARRIERS.contains(&t) => return None,
+        _ => {}
     }
-    // The CPU ceiling (our allocator) and Rust's own report of the refusal that follows it.
-    if m.contains(CPU_REFUSAL) {
-        return Some(size_after(m, CPU_REFUSAL));
-    }
-    if m.contains("memory allocation of") && m.contains("failed") {
-        return Some(size_after(m, "memory allocation of"));
-    }
-    // PyTorch: `torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.` (HIP on
-    // ROCm), and its CPU allocator's `not enough memory: you tried to allocate N bytes`.
-    if m.contains("OutOfMemoryError")
-        || m.contains("CUDA out of memory")
-        || m.contains("HIP out of memory")
-    {
-        return Some(size_after(m, "Tried to allocate"));
-    }
-    if m.contains("DefaultCPUAllocator: not enough memory") {
-        return Some(size_after(m, "you tried to allocate"));
-    }
-    // JAX/XLA: `RESOURCE_EXHAUSTED: Out of memory while trying to allocate N bytes`, or
-    // `Failed to allocate request for 16.00GiB`. Other exhausted resources are not memory.
-    if m.contains("RESOURCE_EXHAUSTED")
-        && (lower.contains("out of memory") || lower.contains("failed to allocate"))
-    {
-        return Some(size_after(m, "allocate").or_else(|| size_after(m, "request for")));
-    }
-    // TensorFlow: `ResourceExhaustedError: OOM when allocating tensor with shape[…]`.
-    if m.contains("OOM when allocating") {
-        return Some(None);
-    }
-    // The driver's and the CUDA libraries' own codes, however they surface.
-    let codes = [
-        "CUDA_ERROR_OUT_OF_MEMORY",
-        "CUDA error: out of memory",
-        "cudaErrorMemoryAllocation",
-        "CUBLAS_STATUS_ALLOC_FAILED",
-        "CUDNN_STATUS_ALLOC_FAILED",
-    ];
-    if codes.iter().any(|c| m.contains(c)) {
-        return Some(None);
-    }
-    // C++'s `std::bad_alloc` (`what():  std::bad_alloc`), as an uncaught exception prints it.
-    if m.contains("std::bad_alloc") {
-        return Some(None);
-    }
-    // Python's own: the last line of a traceback, `MemoryError` (with or without a message).
-    let t = m.trim();
-    if t == "MemoryError" || t.starts_with("MemoryError:") {
-        return Some(None);
-    }
-    None
+    let starts = OOM_STARTS.iter().any(|s| message.starts_with(s));
+    let code = OOM_CODES.iter().any(|c| m.contains(c))
+        || (m.contains("memory allocation of") && m.contains("bytes failed"));
+    (starts || code).then(size)
 }
 
 pub fn classify_message(message: &str) -> MessageKind {
@@ -162,8 +198,9 @@ fn is_failure_line(line: &str) -> bool {
 /// or printed in a config dump before failing otherwise is not its failure.
 pub fn failure_message(output: &str) -> Option<String> {
     let lines: Vec<&str> = output.lines().filter(|l| !l.trim().is_empty()).collect();
+    let ignored = ignored_blocks(&lines);
     let failures: Vec<usize> = (0..lines.len())
-        .filter(|&i| is_failure_line(lines[i]))
+        .filter(|&i| !ignored[i] && is_failure_line(lines[i]))
         .collect();
     let last = failures
         .iter()
@@ -179,8 +216,45 @@ pub fn failure_message(output: &str) -> Option<String> {
         || header.starts_with("terminate called ");
     match (continued, lines.get(i + 1)) {
         (true, Some(next)) => Some(format!("{header} {}", next.trim())),
-        _ => Some(header.to_string()),
+        // What the last failure says on the lines after it (NCCL's `Last error:` with the CUDA
+        // error), up to two, where they are not a failure of their own or an ignored report.
+        _ => {
+            let after = lines[i + 1..]
+                .iter()
+                .enumerate()
+                .take_while(|(k, l)| !ignored[i + 1 + k] && !is_failure_line(l))
+                .take(2)
+                .map(|(_, l)| l.trim());
+            Some(
+                std::iter::once(header)
+                    .chain(after)
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            )
+        }
     }
+}
+
+/// Lines of Python's `Exception ignored in: …` reports (an exception in a destructor or at exit,
+/// printed after the failure that ended the program): the header, its traceback and its
+/// exception's line. None of them is the command's failure.
+fn ignored_blocks(lines: &[&str]) -> Vec<bool> {
+    let mut ignored = vec![false; lines.len()];
+    let mut inside = false;
+    for (i, l) in lines.iter().enumerate() {
+        if l.starts_with("Exception ignored in") {
+            inside = true;
+        }
+        if inside {
+            ignored[i] = true;
+            // The block ends with its exception's line: not indented, not the traceback's header.
+            let last = !l.starts_with(char::is_whitespace)
+                && !l.starts_with("Exception ignored in")
+                && !l.starts_with("Traceback ");
+            inside = !last;
+        }
+    }
+    ignored
 }
 
 /// How a failed command's output classifies: by its failure message alone.

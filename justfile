@@ -5,13 +5,13 @@ build:
     cargo build --release
 
 # The same with burn-cuda's autotune: faster kernels, but every new shape compiles and benchmarks
-# every candidate kernel first (minutes per trial on the H200; docs/gpu-results.md, run 4).
+# every candidate kernel first (minutes per trial on the H200).
 build-autotune:
     cargo build --release --features autotune
 
 # Run the test suite, as CI does (CPU backend, no GPU needed), and the vendored allocator's tests.
 test:
-    cargo test --workspace
+    cargo test --release --workspace
     cargo test --manifest-path vendor/cubecl-runtime/Cargo.toml --target-dir target/vendor-tests --lib oom_bisect
 
 # Formatting and lints, as CI checks them.

@@ -270,7 +270,7 @@ fn a_diagnosis_through_a_command_finds_its_boundary_and_resumes() {
     let cfg = write(&d, "toy.toml", TOY);
     let (journal, j) = (d.join("j"), d.join("r.json"));
     let limit: u64 = 80 << 20;
-    let limit_arg = limit.to_string();
+    let limit_arg = format!("{limit}B");
     let args = [
         "bisect",
         "--config",
@@ -408,7 +408,7 @@ fn served_bisect(
         "--config",
         cfg.to_str().unwrap(),
         "--memory-limit",
-        "83886080",
+        "83886080B",
         "--axes",
         "batch",
         "--jobs",
@@ -465,9 +465,10 @@ fn toy_boundary(dir: &Path, limit: u64) -> (String, String) {
 }
 
 /// A served command answers several trials in one process, and the boundary it finds is the one
-/// of a command started for every trial; the confirmations ran in fresh processes (not served).
+/// of a command started for every trial; each confirmation is served too, as the first trial of
+/// a command of its own (a command that serves may not run a trial any other way).
 #[test]
-fn a_served_command_answers_trials_in_one_process_and_confirms_in_fresh_ones() {
+fn a_served_command_answers_trials_in_one_process_and_each_rerun_in_a_fresh_one() {
     let (o, r, served) = served_bisect("served", "", "1", "off");
     assert_eq!(code(&o), 0, "{}", text(&o));
     assert_eq!(
@@ -475,14 +476,16 @@ fn a_served_command_answers_trials_in_one_process_and_confirms_in_fresh_ones() {
         toy_boundary(&tmp("served-need"), 80 << 20)
     );
     let list = r["trials"]["list"].as_array().unwrap();
-    let first_runs = list.iter().filter(|t| t["attempt"] == 0).count();
-    let reruns = list.len() - first_runs;
+    let reruns = list.iter().filter(|t| t["attempt"] != 0).count();
     assert!(reruns >= 2, "a confirmation of both sides: {reruns}");
-    assert_eq!(
-        served.len(),
-        first_runs,
-        "every first run served, no re-run: {served:?}"
-    );
+    assert_eq!(served.len(), list.len(), "every trial served: {served:?}");
+    for (i, (_, n, batch)) in served.iter().enumerate() {
+        let again = served[..i].iter().any(|(_, _, b)| b == batch);
+        assert!(
+            !again || *n == 1,
+            "re-run {i} of {batch} not fresh: {served:?}"
+        );
+    }
     // One worker: the re-runs in between stop the served process, the next trial starts another.
     assert!(
         served.iter().any(|(_, n, _)| *n > 1),
@@ -645,5 +648,98 @@ fn a_pytorch_commands_allocator_trace_is_replayed_without_touching_its_script() 
     assert!(
         r["oom"]["message"].as_str().unwrap().contains("replaying"),
         "{r}"
+    );
+}
+
+/// A served bisect over `command` (the toy config under 80 MiB, batch axis): its output and JSON.
+fn served_command_bisect(name: &str, command: &str) -> (Output, Value) {
+    let d = tmp(name);
+    let cfg = write(&d, "toy.toml", TOY);
+    let (j, journal) = (d.join("r.json"), d.join("j"));
+    let args = [
+        "bisect",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--memory-limit",
+        "80MiB",
+        "--axes",
+        "batch",
+        "--jobs",
+        "1",
+        "--serve",
+        "-q",
+        "--fresh",
+        "--journal",
+        journal.to_str().unwrap(),
+        "--json",
+        j.to_str().unwrap(),
+    ];
+    let o = run_exec(&d, &args, command, &[]);
+    (o, json_if_written(&j))
+}
+
+/// An answer nobody asked for is never a fit: a command that says `trial_done` before reading its
+/// request (even naming an id) breaks the protocol, and the trial is an error.
+#[test]
+fn an_answer_before_its_request_is_an_error_never_a_fit() {
+    let spoof = r#"echo '{"oom_bisect":{"trial_done":"fits","id":"0000"}}'"#;
+    let d = tmp("served-spoof");
+    let cfg = write(&d, "toy.toml", TOY);
+    let j = d.join("t.json");
+    let args = [
+        "trial",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--memory-limit",
+        "100MiB",
+    ];
+    let args = [&args[..], &["--serve", "--json", j.to_str().unwrap()]].concat();
+    let o = run_exec(&d, &args, &format!("{spoof}; exec {}", trainer()), &[]);
+    assert_eq!(code(&o), 125, "{}", text(&o));
+    let r = json(&j);
+    assert_eq!(r["outcome"], "error", "{r}");
+    assert!(
+        r["error"].as_str().unwrap().contains("served protocol"),
+        "{r}"
+    );
+}
+
+/// Each answer counts once: a command that prints each answer twice, and one that serves one
+/// trial then leaves (exit 0) with the next request unanswered, break the protocol on the next
+/// trial, which is an error (retried in a fresh command), never a fit; the boundary is the
+/// command's own.
+#[test]
+fn a_second_answer_or_none_is_an_error_and_the_boundary_holds() {
+    let want = toy_boundary(&tmp("served-twice-need"), 80 << 20);
+    let twice = format!("{} | sed -u '/trial_done/p'", trainer());
+    let once = format!("{} | sed -u '/trial_done/q'", trainer());
+    for (name, command) in [("served-twice", twice), ("served-once", once)] {
+        let (o, r) = served_command_bisect(name, &command);
+        assert_eq!(code(&o), 0, "{name}: {}", text(&o));
+        assert_eq!(batch_boundary(&r), want, "{name}");
+        let list = r["trials"]["list"].as_array().unwrap();
+        let broken = list
+            .iter()
+            .filter(|t| {
+                t["measurement"]["note"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("protocol")
+            })
+            .count();
+        assert!(broken > 0, "{name}: {}", r["trials"]);
+    }
+}
+
+/// A command that only serves (it reads requests until the end of its input, whatever its
+/// command line) is served every trial, re-runs included: its boundary is stable.
+#[test]
+fn a_command_that_only_serves_gets_every_trial_served() {
+    let command = format!("OOM_BISECT_SERVE=1 {}", trainer());
+    let (o, r) = served_command_bisect("served-only", &command);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    assert_eq!(
+        batch_boundary(&r),
+        toy_boundary(&tmp("served-only-need"), 80 << 20)
     );
 }

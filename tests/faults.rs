@@ -788,7 +788,7 @@ fn a_closed_stdout_or_stderr_costs_no_file() {
 
 #[test]
 fn what_a_command_leaves_behind_cannot_hold_the_trial() {
-    // A grandchild in a session of its own keeps the output open: the limit still holds, and
+    // A grandchild gone with `setsid` keeps the output open: the limit still holds, and
     // nothing outlives the trial.
     let t0 = Instant::now();
     let (o, r) = exec_trial(

@@ -15,7 +15,7 @@ own peak figure), die-after-oom (served: the trial after an out-of-memory ends t
 word).
 
 With $OOM_BISECT_SERVE=1 (oom-bisect's `--serve`) it serves trials: one `{"config": PATH}` line on
-stdin per trial, each ended by a `trial_done` line; each trial appends `PID N BATCH` to $TOY_SERVED
+stdin per trial, each ended by a `trial_done` line echoing the request's `id`; each trial appends `PID N BATCH` to $TOY_SERVED
 (N: the trials this process has served, this one included).
 """
 
@@ -109,7 +109,8 @@ def serve(mode):
     """Trials one after another in this process, as `--serve` hands them over."""
     failed_before = False
     for n, line in enumerate(sys.stdin, start=1):
-        path = json.loads(line)["config"]
+        request = json.loads(line)
+        path = request["config"]
         if "TOY_SERVED" in os.environ:
             with open(path, "rb") as f:
                 batch = tomllib.load(f)["data"]["batch"]
@@ -121,9 +122,9 @@ def serve(mode):
         failure = trial(path, mode)
         failed_before = failure is not None
         if failure is None:
-            say(trial_done="fits")
+            say(trial_done="fits", id=request["id"])
         else:
-            say(trial_done="failed", message=failure)
+            say(trial_done="failed", message=failure, id=request["id"])
     return 0
 
 

@@ -12,7 +12,7 @@ config path may also come from $OOM_BISECT_CONFIG): oom-bisect holds the memory 
 prints `{"oom_bisect": {"stage": …, "step": …, "in_use_bytes": …}}` at every stage, so that an
 out-of-memory is placed where it happened; the peak is oom-bisect's own reading of the device.
 Under `--serve` ($OOM_BISECT_SERVE=1) it answers trial after trial in one process: one
-`{"config": PATH}` line on stdin each, ended by a `trial_done` line.
+`{"config": PATH, "id": ID}` line on stdin each, ended by a `trial_done` line echoing its `id`.
 
 Prints one JSON line per step with PyTorch's own counters (`max_memory_allocated`,
 `max_memory_reserved`, reset before the run) and, at the end, a summary line. With `--memory-limit`,
@@ -634,18 +634,19 @@ def serve(args):
     hold, args.ballast = hold_ceiling(args)
     args.limit_bytes = limit_bytes(args)
     for line in sys.stdin:
+        request = json.loads(line)
         try:
-            failed = attempt(load(json.loads(line)["config"], args.set), args)
+            failed = attempt(load(request["config"], args.set), args)
         except (Unsupported, KeyError, tomllib.TOMLDecodeError) as e:
             failed = EXIT_UNSUPPORTED, f"deeplabv3plus.py: {e}"
         gc.collect()
         if args.device == "cuda":
             torch.cuda.empty_cache()
         if failed is None:
-            say({"trial_done": "fits"})
+            say({"trial_done": "fits", "id": request["id"]})
         else:
             print(failed[1], file=sys.stderr, flush=True)
-            say({"trial_done": "failed", "message": failed[1]})
+            say({"trial_done": "failed", "message": failed[1], "id": request["id"]})
     del hold
     return 0
 

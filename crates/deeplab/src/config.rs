@@ -492,10 +492,9 @@ impl Config {
     }
 
     /// Training steps per trial: the config's, else two under the `pytorch` memory model and three
-    /// under `burn`'s. Measured on the H200 (docs/gpu-results.md, run 13; docs/fidelity.md, runs 21
-    /// and 22, five steps on nine configurations near the ceiling, beside PyTorch): with PyTorch's
-    /// allocator every out-of-memory came in the first or second step, in PyTorch too; burn's sliced
-    /// pools grew by up to 6% in a third step (runs 6 and 10), so it keeps three.
+    /// under `burn`'s. On the H200, five steps on nine configurations near the ceiling beside PyTorch:
+    /// with PyTorch's allocator every out-of-memory came in the first or second step, in PyTorch
+    /// too; burn's sliced pools grew by up to 6% in a third step, so it keeps three.
     pub fn steps(&self) -> usize {
         self.train
             .steps
@@ -507,8 +506,8 @@ impl Config {
 
     /// The share of the ceiling under which one measured step is enough (`train.one_step_below`):
     /// the config's, else 0.9 under the `pytorch` memory model and 0 (every step) under `burn`'s.
-    /// With the state made first, the first step holds what later ones hold; in H200 runs 21 and
-    /// 22 (docs/fidelity.md) a later step moved a peak by at most 0.7 GiB of a 24 GiB ceiling
+    /// With the state made first, the first step holds what later ones hold; on the H200 a later
+    /// step moved a peak by at most 0.7 GiB of a 24 GiB ceiling
     /// (3%), and only near the ceiling, where a failed request releases pages and retries. Under
     /// `burn` the sliced pools grow by up to 6% in a third step, so every step runs.
     pub fn one_step_below(&self) -> f64 {

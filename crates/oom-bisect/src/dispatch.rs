@@ -56,7 +56,7 @@ pub const GUESSES_ENV: &str = "OOM_BISECT_GUESSES";
 /// The override of [`Dispatch::spares`].
 pub const SPARES_ENV: &str = "OOM_BISECT_SPARES";
 /// The room an idle command is given on its card: its CUDA context and what its framework loads
-/// at the start (burn's context: 518 MiB on the H200, GPU run 44), with a margin.
+/// at the start (burn's context: 518 MiB on the H200), with a margin.
 const IDLE_COMMAND: u64 = 1 << 30;
 
 impl Dispatch {

@@ -3,7 +3,7 @@
 //! then confirm the boundary by re-running both sides. [`bisect_axis`] reads as that outline.
 
 use crate::predict::Predictor;
-use crate::session::Session;
+use crate::searcher::Searcher;
 use crate::{Axis, Candidate, Measurement, Outcome, Purpose};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -94,7 +94,7 @@ pub struct AxisOptions {
 /// Searches `axis` between indices `lo` (expected to fit) and `hi` (expected to run out of memory),
 /// on top of `base`.
 pub fn bisect_axis(
-    s: &mut Session<'_>,
+    s: &mut Searcher<'_>,
     axis: &Axis,
     base: &Candidate,
     lo: usize,
@@ -137,7 +137,7 @@ pub fn bisect_axis(
 /// [`bisect_axis`], then, on an axis with [`Axis::fine`] values, the boundary narrowed on them: the
 /// coarse search runs without re-runs, and the fine boundary is the one confirmed.
 pub fn bisect_axis_finely(
-    s: &mut Session<'_>,
+    s: &mut Searcher<'_>,
     axis: &Axis,
     base: &Candidate,
     lo: usize,
@@ -212,7 +212,7 @@ enum Ends {
 struct Search<'a> {
     axis: &'a Axis,
     base: &'a Candidate,
-    /// The session's trial count when this axis began.
+    /// The search's trial count when this axis began.
     start: usize,
     plain_bisection: usize,
     /// Re-runs of each side of the boundary found.
@@ -223,7 +223,7 @@ struct Search<'a> {
 }
 
 impl Search<'_> {
-    fn probe(&self, s: &mut Session<'_>, i: usize, lo: usize, hi: usize) -> Probe {
+    fn probe(&self, s: &mut Searcher<'_>, i: usize, lo: usize, hi: usize) -> Probe {
         let values = &self.axis.values;
         let c = self.axis.at(self.base, i);
         let m = s.measure(
@@ -242,7 +242,7 @@ impl Search<'_> {
         }
     }
 
-    fn done(&self, s: &Session<'_>, verdict: AxisVerdict, confirmations: usize) -> AxisSearch {
+    fn done(&self, s: &Searcher<'_>, verdict: AxisVerdict, confirmations: usize) -> AxisSearch {
         AxisSearch {
             axis: self.axis.name.clone(),
             verdict,
@@ -283,7 +283,7 @@ impl Search<'_> {
     /// first predicted probe depends on nothing but the top running out of memory, which the top
     /// of a capacity axis nearly always does: it starts beside the top instead of after it, its
     /// neighbours as guesses (one trial wasted where the top fits).
-    fn predict_beside_the_top(&self, s: &mut Session<'_>, lo: usize, hi: usize, o: &AxisOptions) {
+    fn predict_beside_the_top(&self, s: &mut Searcher<'_>, lo: usize, hi: usize, o: &AxisOptions) {
         let at = |j: usize| self.axis.at(self.base, j);
         let Some(bottom) = s.known(&at(lo)).cloned() else {
             // The bottom is measured after the top: it may be asked for.
@@ -307,7 +307,7 @@ impl Search<'_> {
 
     /// The top end must run out of memory and the bottom end fit; otherwise the verdict is settled
     /// here (all fit, not the cause, or an end that could not be measured).
-    fn check_ends(&self, s: &mut Session<'_>, lo: usize, hi: usize) -> Ends {
+    fn check_ends(&self, s: &mut Searcher<'_>, lo: usize, hi: usize) -> Ends {
         let top = self.probe(s, hi, lo, hi);
         match top.measurement.outcome {
             Outcome::Fits => {
@@ -371,7 +371,7 @@ impl Search<'_> {
     /// The lowest value that can be measured, from `lo` up: a value that cannot (PyTorch refuses
     /// batch 1 with an image-pooling BatchNorm) is skipped like `git bisect skip`, at most
     /// `SKIP_UP` of them. Returns that probe and the ones skipped below it.
-    fn lowest_measured(&self, s: &mut Session<'_>, lo: usize, hi: usize) -> (Probe, Vec<Probe>) {
+    fn lowest_measured(&self, s: &mut Searcher<'_>, lo: usize, hi: usize) -> (Probe, Vec<Probe>) {
         let mut below = vec![];
         let mut bottom = self.probe(s, lo, lo, hi);
         while bottom.measurement.outcome == Outcome::Inconclusive
@@ -389,7 +389,7 @@ impl Search<'_> {
     /// unmeasurable values lie between; returns both sides and the indices skipped.
     fn narrow(
         &self,
-        s: &mut Session<'_>,
+        s: &mut Searcher<'_>,
         mut lo_p: Probe,
         mut hi_p: Probe,
         predictor: &mut Predictor,
@@ -442,7 +442,7 @@ impl Search<'_> {
     /// this search is the only one: beside others (the forum's axes) the workers are busy with
     /// their trials, and a re-run not needed takes from them (the CPU quickstart, two workers:
     /// 40 s → 48 s with five started for nothing, `docs/bench-rounds.sh`).
-    fn confirm_ahead(&self, s: &mut Session<'_>, i: usize, lo_p: &Probe, hi: usize) {
+    fn confirm_ahead(&self, s: &mut Searcher<'_>, i: usize, lo_p: &Probe, hi: usize) {
         if self.confirm_runs == 0 || !s.searching_alone() {
             return;
         }
@@ -489,7 +489,7 @@ impl Search<'_> {
     /// on both.
     fn confirm(
         &self,
-        s: &mut Session<'_>,
+        s: &mut Searcher<'_>,
         last_fit: Probe,
         first_oom: Probe,
         reruns: Sides,

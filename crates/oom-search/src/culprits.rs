@@ -3,12 +3,12 @@
 
 use crate::ddmin::{ddmin, DdTest};
 use crate::diagnosis::*;
-use crate::session::Session;
+use crate::searcher::Searcher;
 use crate::{Candidate, Measurement, Outcome, Purpose};
 
 /// Each module item swapped alone, all at once where trials can run at once: the forum thread's
 /// method ("swap a block for identity, see if it still OOMs"), done for every item.
-fn module_costs(s: &mut Session<'_>, modules: &Modules) -> Vec<ModuleCost> {
+fn module_costs(s: &mut Searcher<'_>, modules: &Modules) -> Vec<ModuleCost> {
     let base = Candidate::original();
     let alone: Vec<Candidate> = modules
         .items
@@ -33,7 +33,7 @@ fn module_costs(s: &mut Session<'_>, modules: &Modules) -> Vec<ModuleCost> {
 /// fits (the one with the lowest peak; the others are named too), else ddmin over all items.
 /// Never a set larger than one measured to fit: ddmin starts from every item swapped, which fits.
 pub(crate) fn culprits(
-    s: &mut Session<'_>,
+    s: &mut Searcher<'_>,
     modules: &Modules,
 ) -> (ModulesVerdict, Vec<ModuleCost>) {
     let costs = module_costs(s, modules);
@@ -57,7 +57,7 @@ pub(crate) fn culprits(
 }
 
 /// ddmin over every module item, for when no item alone makes the original fit.
-fn reduce(s: &mut Session<'_>, modules: &Modules) -> ModulesVerdict {
+fn reduce(s: &mut Searcher<'_>, modules: &Modules) -> ModulesVerdict {
     let base = Candidate::original();
     let all = modules.candidate(&base, &modules.items);
     let m = s.measure(&all, Purpose::Modules);
@@ -101,7 +101,7 @@ fn reduce(s: &mut Session<'_>, modules: &Modules) -> ModulesVerdict {
 /// ddmin's test: swapping a set of modules makes the original fit. The sets of a round are told to
 /// the oracle before they are tested one by one, so that idle workers can measure them ahead.
 struct ModuleTest<'s, 'a> {
-    s: &'s mut Session<'a>,
+    s: &'s mut Searcher<'a>,
     modules: &'s Modules,
     base: &'s Candidate,
 }

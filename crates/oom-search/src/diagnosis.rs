@@ -2,7 +2,7 @@
 //! and the results (boundaries, fixes measured, module culprits, the minimal failing configuration).
 
 use crate::bisect::{AxisOptions, AxisSearch, AxisVerdict};
-use crate::session::{Budget, TrialRecord};
+use crate::searcher::{Budget, TrialRecord};
 use crate::{Axis, Candidate, Measurement};
 use serde::{Deserialize, Serialize};
 

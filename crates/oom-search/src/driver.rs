@@ -6,7 +6,7 @@ use crate::bisect::{bisect_axis_finely, AxisSearch, AxisVerdict};
 use crate::culprits::culprits;
 use crate::diagnosis::*;
 use crate::minimal::minimise;
-use crate::session::{Clock, Session, TrialRecord};
+use crate::searcher::{Clock, Searcher, TrialRecord};
 use crate::{Axis, Candidate, Event, Oracle, Outcome, Purpose};
 
 /// About how many trials a diagnosis of an original that runs out of memory takes, for progress:
@@ -41,7 +41,7 @@ pub fn diagnose(
     space: &Space,
     opts: &SearchOptions,
 ) -> Diagnosis {
-    let mut s = Session::new(oracle, events, opts.budget, clock);
+    let mut s = Searcher::new(oracle, events, opts.budget, clock);
     // Most originals run out of memory (that is why the tool is run): while the original runs, idle
     // workers may start what an OOM diagnosis will need first.
     s.guess(&oom_fan_out(space, opts));
@@ -106,7 +106,7 @@ fn fix_candidate(fix: &Fix) -> Candidate {
 }
 
 /// The original fits: how far each capacity axis can grow.
-fn capacity(s: &mut Session<'_>, space: &Space, opts: &SearchOptions) -> Vec<AxisSearch> {
+fn capacity(s: &mut Searcher<'_>, space: &Space, opts: &SearchOptions) -> Vec<AxisSearch> {
     let tops: Vec<Candidate> = space
         .capacity
         .iter()
@@ -136,7 +136,7 @@ fn capacity(s: &mut Session<'_>, space: &Space, opts: &SearchOptions) -> Vec<Axi
 }
 
 /// The original runs out of memory: each axis, the fixes, the modules, the minimal failing one.
-fn explain_oom(s: &mut Session<'_>, space: &Space, opts: &SearchOptions, d: &mut Diagnosis) {
+fn explain_oom(s: &mut Searcher<'_>, space: &Space, opts: &SearchOptions, d: &mut Diagnosis) {
     s.expect(&oom_fan_out(space, opts));
     let (axes, early_minimal) = search_axes(s, space, opts);
     d.axes = axes;
@@ -187,7 +187,7 @@ type EarlyMinimal = (Minimal, Vec<TrialRecord>);
 /// so it is searched on the first axis's thread once that axis is done, instead of after every
 /// step; the same trials, with the same outcomes, one critical path shorter.
 fn search_axes(
-    s: &mut Session<'_>,
+    s: &mut Searcher<'_>,
     space: &Space,
     opts: &SearchOptions,
 ) -> (Vec<AxisSearch>, Option<EarlyMinimal>) {
@@ -197,7 +197,7 @@ fn search_axes(
         .filter(|a| a.original > 0)
         .enumerate()
         .collect();
-    let one = |s: &mut Session<'_>, (k, axis): &(usize, &Axis)| {
+    let one = |s: &mut Searcher<'_>, (k, axis): &(usize, &Axis)| {
         s.event(Event::Step {
             name: format!("axis {}", axis.name),
         });
@@ -213,7 +213,7 @@ fn search_axes(
         s.set_rerun_floor(0);
         r
     };
-    let apart = |s: &mut Session<'_>, item: &(usize, &Axis)| {
+    let apart = |s: &mut Searcher<'_>, item: &(usize, &Axis)| {
         let r = one(s, item);
         let early = (item.0 == 0 && opts.minimise && lowered(item.1, &r)).then(|| {
             let before = s.trials.len();
@@ -241,7 +241,7 @@ fn lowered(axis: &Axis, r: &AxisSearch) -> bool {
 const AXIS_RERUNS: u32 = 1000;
 
 /// Each fix on its own, plus the largest batch and input size that fit (from the axes: no new trials).
-fn fixes(s: &mut Session<'_>, space: &Space, axes: &[AxisSearch]) -> Vec<FixResult> {
+fn fixes(s: &mut Searcher<'_>, space: &Space, axes: &[AxisSearch]) -> Vec<FixResult> {
     let mut out = vec![];
     for fix in &space.fixes {
         let c = fix_candidate(fix);

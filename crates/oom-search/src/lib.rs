@@ -14,7 +14,7 @@ mod diagnosis;
 mod driver;
 mod minimal;
 mod predict;
-mod session;
+mod searcher;
 mod vocabulary;
 
 pub use bisect::{
@@ -27,5 +27,5 @@ pub use diagnosis::{
 };
 pub use driver::{diagnose, expected_trials};
 pub use predict::predict_boundary;
-pub use session::{Budget, Clock, Session, TrialRecord};
+pub use searcher::{Budget, Clock, Searcher, TrialRecord};
 pub use vocabulary::*;

@@ -3,7 +3,7 @@
 
 use crate::bisect::{bisect_axis, AxisOptions, AxisVerdict};
 use crate::diagnosis::*;
-use crate::session::Session;
+use crate::searcher::Searcher;
 use crate::{Axis, Candidate, Outcome, Purpose};
 
 /// Index of the candidate's value on an axis.
@@ -21,7 +21,7 @@ fn index_on(axis: &Axis, c: &Candidate) -> usize {
 /// Lowers each axis of `cur` to the first value that still runs out of memory (in the context of the
 /// other axes as they are in `cur`), in turn, until none moves.
 fn shrink_axes(
-    s: &mut Session<'_>,
+    s: &mut Searcher<'_>,
     space: &Space,
     opts: &SearchOptions,
     mut cur: Candidate,
@@ -64,7 +64,12 @@ fn below(space: &Space, cur: &Candidate) -> Vec<Candidate> {
 /// of memory at `i`): the lowest value known to run out of memory, and the highest known fit
 /// under it. The first axis of the first pass was searched with the others as configured, so its
 /// boundary is known before any trial here.
-fn known_bounds(s: &Session<'_>, axis: &Axis, cur: &Candidate, i: usize) -> (usize, Option<usize>) {
+fn known_bounds(
+    s: &Searcher<'_>,
+    axis: &Axis,
+    cur: &Candidate,
+    i: usize,
+) -> (usize, Option<usize>) {
     let outcome = |j: usize| s.known(&axis.at(cur, j)).map(|m| m.outcome);
     let first_oom = (0..i)
         .find(|&j| outcome(j) == Some(Outcome::Oom))
@@ -82,7 +87,7 @@ fn known_bounds(s: &Session<'_>, axis: &Axis, cur: &Candidate, i: usize) -> (usi
 /// below, where bisecting the whole axis would cost its log. The first probe, one step lower, is
 /// the passing neighbour the report shows when it fits.
 fn lower_on(
-    s: &mut Session<'_>,
+    s: &mut Searcher<'_>,
     axis: &Axis,
     cur: &Candidate,
     i: usize,
@@ -114,7 +119,7 @@ fn lower_on(
 /// fits, else the answer itself (`Err`): the lowest value when even it runs out of memory, the
 /// lowest failure when a probe cannot be measured.
 fn gallop(
-    s: &mut Session<'_>,
+    s: &mut Searcher<'_>,
     axis: &Axis,
     cur: &Candidate,
     i: usize,
@@ -143,7 +148,7 @@ fn gallop(
 /// The smallest configuration that still runs out of memory: every monotone axis lowered to a
 /// fixpoint, every module kept as configured (the modules that matter are what `culprits` reports;
 /// swapping more of them only makes the configuration less like the user's).
-pub(crate) fn minimise(s: &mut Session<'_>, space: &Space, opts: &SearchOptions) -> Minimal {
+pub(crate) fn minimise(s: &mut Searcher<'_>, space: &Space, opts: &SearchOptions) -> Minimal {
     let cur = shrink_axes(s, space, opts, Candidate::original());
     s.expect(&below(space, &cur));
     let measurement = s.measure(&cur, Purpose::Minimise);

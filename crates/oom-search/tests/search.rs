@@ -17,12 +17,12 @@ impl Clock for TestClock {
     }
 }
 
-fn session<'a>(
+fn searcher<'a>(
     o: &'a mut dyn Oracle,
     ev: &'a mut dyn FnMut(&Event),
     clock: &'a TestClock,
-) -> Session<'a> {
-    Session::new(o, ev, Budget::default(), clock)
+) -> Searcher<'a> {
+    Searcher::new(o, ev, Budget::default(), clock)
 }
 
 fn opts(ceiling: u64, predict: bool, confirm_runs: u32) -> AxisOptions {
@@ -104,7 +104,7 @@ fn search(
     };
     let mut ev = |_: &Event| {};
     let clock = TestClock::default();
-    let mut s = session(&mut o, &mut ev, &clock);
+    let mut s = searcher(&mut o, &mut ev, &clock);
     // Ceiling between the peaks of boundary-1 and boundary: the prediction is informed.
     let ceiling = 100 + 10 * boundary as u64 + 5;
     // The diagnosis measures the original first; an axis search finds it cached.
@@ -236,7 +236,7 @@ fn prediction_beats_plain_bisection_on_affine_memory() {
 }
 
 /// The forum scenario's size axis as the H200 measured it (R101 OS8 batch 4, 24 GiB ceiling;
-/// docs/runs/h200/run6-forum-journal.jsonl): live tensors about 0.6 GiB + 7e-5 GiB per pixel, the device
+/// a journal of the forum's size axis): live tensors about 0.6 GiB + 7e-5 GiB per pixel, the device
 /// peak about 1.2 × that + 1.1 GiB (context and pool pages). 512² fits (23.8 GiB), 544² does not.
 struct PagedDevice;
 
@@ -302,7 +302,7 @@ fn probed_search_with(
         }
     };
     let clock = TestClock::default();
-    let mut s = session(o, &mut ev, &clock);
+    let mut s = searcher(o, &mut ev, &clock);
     s.measure(&Candidate::original(), Purpose::Original);
     let r = bisect_axis(&mut s, axis, &Candidate::original(), lo, hi, options);
     (probed, r)
@@ -345,7 +345,7 @@ fn prediction_uses_live_tensors_where_device_peaks_are_paged() {
     assert!(r.trials <= 5, "{} trials: {probed:?}", r.trials);
 }
 
-/// A capacity search as the H200 measured it (R50 OS16 512², GPU runs 28 and 30): the device holds
+/// A capacity search as the H200 measured it (R50 OS16 512²): the device holds
 /// more beside the live tensors the larger the batch (`slack` GiB a sample), so a line through the
 /// original's live tensors (0.3 GiB + 0.6 GiB a sample) overshoots the boundary by a few batches.
 struct GrowingSlack {
@@ -378,7 +378,7 @@ fn an_overshooting_prediction_gallops_back_instead_of_bisecting_the_axis() {
     let (probed, r) = capacity_probes(0.04);
     check(64, 36, &r, false);
     assert_eq!(probed, ["original", "64", "38", "37", "35", "36"], "{r:?}");
-    // 0.1 GiB a sample (run 30: 38, 37, 35, 31, 32, 34, 33): 33 fits, 34 does not. The gallop
+    // 0.1 GiB a sample (the H200 probed 38, 37, 35, 31, 32, 34, 33): 33 fits, 34 does not. The gallop
     // goes 37, 35, 31 (fits); plain bisection halves [31, 35] from there.
     let (probed, r) = capacity_probes(0.1);
     check(64, 33, &r, false);
@@ -565,7 +565,7 @@ fn the_confirmation_starts_beside_a_probe_that_may_close_the_interval() {
     };
     let mut ev = |_: &Event| {};
     let clock = TestClock::default();
-    let mut s = session(&mut o, &mut ev, &clock);
+    let mut s = searcher(&mut o, &mut ev, &clock);
     s.measure(&Candidate::original(), Purpose::Original);
     let r = bisect_axis(
         &mut s,
@@ -624,7 +624,7 @@ fn unstable_boundary_is_reported() {
     };
     let mut ev = |_: &Event| {};
     let clock = TestClock::default();
-    let mut s = session(&mut o, &mut ev, &clock);
+    let mut s = searcher(&mut o, &mut ev, &clock);
     let r = bisect_axis(&mut s, &a, &Candidate::original(), 0, 7, &opts(0, false, 1));
     assert!(matches!(r.verdict, AxisVerdict::Unstable { .. }), "{r:?}");
 }
@@ -640,7 +640,7 @@ fn more_confirmation_runs_catch_a_rarer_flake() {
         };
         let mut ev = |_: &Event| {};
         let clock = TestClock::default();
-        let mut s = session(&mut o, &mut ev, &clock);
+        let mut s = searcher(&mut o, &mut ev, &clock);
         bisect_axis(
             &mut s,
             &a,
@@ -708,7 +708,7 @@ fn a_side_is_re_run_only_where_its_need_is_near_the_ceiling() {
         };
         let mut ev = |_: &Event| {};
         let clock = TestClock::default();
-        let mut s = session(&mut o, &mut ev, &clock);
+        let mut s = searcher(&mut o, &mut ev, &clock);
         let options = AxisOptions {
             rerun_within: Some(0.005),
             ..opts(24 << 30, false, 1)
@@ -1222,7 +1222,7 @@ fn a_coarse_boundary_is_narrowed_on_the_fine_values() {
         };
         let mut ev = |_: &Event| {};
         let clock = TestClock::default();
-        let mut s = session(&mut o, &mut ev, &clock);
+        let mut s = searcher(&mut o, &mut ev, &clock);
         s.measure(&Candidate::original(), Purpose::Original);
         let r = bisect_axis_finely(
             &mut s,

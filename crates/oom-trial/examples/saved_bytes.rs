@@ -3,7 +3,7 @@
 //! after running one op (or module) forward on a tracked input and dropping everything but its output,
 //! in units of the input's size F; the output itself is subtracted, so what remains is what the
 //! autodiff graph holds for backward. Used to explain why burn's peaks are about 2x PyTorch's
-//! (docs/gpu-results.md, "Memory against PyTorch") and to check the pytorch memory model's ops
+//! and to check the pytorch memory model's ops
 //! (docs/fidelity.md).
 
 use burn::backend::{Autodiff, Flex};

@@ -54,8 +54,8 @@ pub fn python_bytecode_dir() -> Option<PathBuf> {
 /// Has a trial child's `--exec` command (which inherits the child's environment) keep its Python
 /// bytecode in `dir`, unless the user named a place (`PYTHONPYCACHEPREFIX`, then left as the user
 /// set it; empty names none, as for Python). Python writes no bytecode under `PYTHONDONTWRITEBYTECODE`, which container images
-/// often set, and where the installed packages ship none (the GPU machine of
-/// `docs/runs/gpu-run-49.sh`) every trial's process compiled what it imports from source: a
+/// often set, and where the installed packages ship none (as on an H200 machine
+/// with PyTorch 2.11) every trial's process compiled what it imports from source: a
 /// PyTorch process's start and first trial took 12.4 s, 5.7 s of it compiling. The bytecode goes
 /// to our cache folder, not next to the sources (what that setting keeps clean), so the setting is
 /// lifted for the command.

@@ -3,7 +3,7 @@
 //! - **Ballast**: before burn touches the device, allocate "ballast" so that exactly the ceiling is
 //!   left to the trial, and the driver's own out-of-memory fires there. Measured on the H200: after
 //!   `cuMemAlloc` of the free memory minus 8 GiB in 1 GiB chunks, `cuMemGetInfo` reported 8.00 GiB
-//!   free and burn's allocations failed at that ceiling (docs/gpu-results.md). The trial owns the GPU.
+//!   free and burn's allocations failed at that ceiling. The trial owns the GPU.
 //! - **Cap**: the device's pools are PyTorch's caching allocator (the vendored cubecl-runtime, under
 //!   the `pytorch` memory model), capped at the ceiling less the CUDA context, as PyTorch's
 //!   `set_per_process_memory_fraction` caps its reserved bytes. Nothing else is held, so several
@@ -16,7 +16,7 @@ use cudarc::driver::result;
 use std::sync::OnceLock;
 
 const CHUNK: usize = 1 << 30;
-/// More than a CUDA context takes (527 MiB on the H200, docs/gpu-results.md): memory in use beyond
+/// More than a CUDA context takes (527 MiB on the H200): memory in use beyond
 /// this before the trial allocates is another process's, e.g. a trial left running.
 const FOREIGN_USE: u64 = 2 << 30;
 

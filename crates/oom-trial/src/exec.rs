@@ -85,6 +85,8 @@ pub struct Figures {
     /// a command that exits).
     pub trial_done: Option<String>,
     pub message: Option<String>,
+    /// The request's `id`, echoed: an answer is taken for the request it names, and only once.
+    pub id: Option<String>,
 }
 
 /// A line of the command's output: its figures, or (served) any other line.
@@ -130,9 +132,28 @@ pub fn run(req: &Request, command: &str) -> Result<()> {
     }
     cmd.held.emit_start();
     let mut trial = Trial::default();
-    let end = cmd.watch(&mut trial, deadline(req))?;
+    let end = cmd.watch(&mut trial, deadline(req), None)?;
     cmd.ended(end, trial);
     Ok(())
+}
+
+/// A served command's answer, taken where it names the request given (`id`); an answer with no
+/// request out, or naming another, breaks the protocol.
+fn answer(f: Figures, id: Option<&str>) -> End {
+    match (id, f.id.as_deref()) {
+        (Some(want), Some(got)) if want == got => End::Served(f),
+        (None, _) => End::Broke("the command answered a trial it was not given".into()),
+        (Some(_), None) => End::Broke(
+            "the command answered without the request's id (a served command echoes the \
+             `id` of each {\"config\", \"id\"} request in its trial_done line)"
+                .into(),
+        ),
+        (Some(_), Some(_)) => End::Broke(
+            "the command answered a request it was not given now (another id: an answer \
+             given twice, or before its request)"
+                .into(),
+        ),
+    }
 }
 
 /// `--serve`: the command, started once, answers trial after trial. Each request's config file
@@ -154,9 +175,9 @@ fn serve(mut cmd: Watched, first: &Request, file: ConfigFile) -> Result<()> {
     }
     loop {
         cmd.held.emit_start();
-        cmd.give(&file.path);
+        let id = cmd.give(&file.path);
         let mut trial = Trial::default();
-        match cmd.watch(&mut trial, deadline(&req))? {
+        match cmd.watch(&mut trial, deadline(&req), Some(&id))? {
             End::Served(done) => cmd.served(done, trial),
             end => {
                 cmd.ended(end, trial);
@@ -235,6 +256,9 @@ enum End {
     Served(Figures),
     /// It ended, or (`None`) was at the time limit.
     Exited(Option<ExitStatus>),
+    /// It broke the served protocol (an answer to no request, or twice): nothing it said can be
+    /// trusted, and it is stopped.
+    Broke(String),
 }
 
 impl Watched {
@@ -259,8 +283,14 @@ impl Watched {
         })
     }
 
-    /// Samples memory and reads the command's lines until its trial ends.
-    fn watch(&mut self, trial: &mut Trial, deadline: Option<Instant>) -> Result<End> {
+    /// Samples memory and reads the command's lines until its trial ends; a served trial ends with
+    /// the answer to request `id` (any other answer breaks the protocol).
+    fn watch(
+        &mut self,
+        trial: &mut Trial,
+        deadline: Option<Instant>,
+        id: Option<&str>,
+    ) -> Result<End> {
         if self.input.is_some() {
             trial.output = Some(Tail::new(OUTPUT_TAIL));
         }
@@ -270,7 +300,7 @@ impl Watched {
             trial.peak.sampled = trial.peak.sampled.max(trial.now);
             while let Ok(line) = self.lines.try_recv() {
                 match line {
-                    Line::Figures(f) if f.trial_done.is_some() => return Ok(End::Served(f)),
+                    Line::Figures(f) if f.trial_done.is_some() => return Ok(answer(f, id)),
                     Line::Figures(f) => trial.peak.take(f, trial.now),
                     Line::Other(l) => trial.other(l),
                 }
@@ -311,10 +341,18 @@ impl Watched {
     /// The command ended (or is stopped at the time limit): whatever it left running dies, its
     /// last lines are read, and the holder says how it ended.
     fn ended(mut self, end: End, mut trial: Trial) {
-        let status = match end {
-            End::Exited(s) => s,
+        let (status, broke) = match end {
+            End::Exited(s) => (s, None),
+            End::Broke(why) => (None, Some(why)),
             End::Served(_) => unreachable!("a served trial's end is `served`"),
         };
+        // A served command gone with a request out, as if it had answered: it never did.
+        let unanswered = (self.input.is_some() && status.is_some_and(|s| s.success())).then(|| {
+            "the command ended without answering its trial (a served command answers each \
+             request with a trial_done line)"
+                .to_string()
+        });
+        let broke = broke.or(unanswered);
         // Whatever the command left running (a daemon, a `setsid` grandchild) dies now; then its
         // last lines, which no process can hold back any longer.
         self.contain.sweep();
@@ -339,7 +377,8 @@ impl Watched {
             signal: status.and_then(|s| s.signal()),
             oom_killer: kills.killed,
             oom_kill_check: kills.how.map(str::to_string),
-            timed_out: status.is_none(),
+            timed_out: status.is_none() && broke.is_none(),
+            broke,
             peak_bytes,
             peak_source,
             unheld: self.held.unheld(trial.peak.sampled),
@@ -383,13 +422,15 @@ impl Watched {
         emit(&ChildEvent::Replayed(r));
     }
 
-    /// Hands a served command its next trial. A command that is gone cannot read it; how it
-    /// ended tells the rest.
-    fn give(&mut self, config: &Path) {
+    /// Hands a served command its next trial, under a new id its answer must echo. A command that
+    /// is gone cannot read it; how it ended tells the rest.
+    fn give(&mut self, config: &Path) -> String {
+        let id = config_file::random_hex();
         if let Some(input) = &mut self.input {
-            let line = serde_json::json!({ "config": config }).to_string();
+            let line = serde_json::json!({ "config": config, "id": id }).to_string();
             let _ = writeln!(input, "{line}").and_then(|()| input.flush());
         }
+        id
     }
 
     /// No more trials: the served command hears the end of its input, gets a moment to leave, and

@@ -441,6 +441,10 @@ fn classify_exec(r: &mut TrialReport, x: &Exited, at: Option<&Location>, stderr:
 }
 
 fn exec_verdict(r: &mut TrialReport, x: &Exited, at: Option<&Location>, stderr: &str) {
+    if let Some(why) = &x.broke {
+        r.error = Some(format!("the served protocol was broken: {why}"));
+        return;
+    }
     if x.timed_out {
         r.outcome = TrialOutcome::Timeout;
         r.error = Some(format!(

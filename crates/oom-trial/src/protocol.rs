@@ -334,6 +334,10 @@ pub struct Exited {
     /// The holder stopped the command at the time limit.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub timed_out: bool,
+    /// A served command broke the protocol (answered no request, answered twice, or ended
+    /// without answering): how. Never a fit, never an out-of-memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broke: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_bytes: Option<u64>,
     /// Where the peak comes from: the command's own figure, device memory sampled, or the largest

@@ -1,7 +1,6 @@
 //! `--exec --serve`: one command answers a worker's trials one after another, so that a trial no
 //! longer pays the command's start (for PyTorch: the interpreter, `import torch`, the CUDA
-//! context): on an H200 a trial in a new process took 8.8–13.2 s, a served one 0.7–1.5 s (GPU run
-//! 45).
+//! context): on an H200 a trial in a new process took 8.8–13.2 s, a served one 0.7–1.5 s.
 //!
 //! [`ServedRunner`] keeps one `__trial` holder per worker alive between trials and hands it each
 //! request as a line on its stdin; the holder hands the command the trial's config file and reads
@@ -10,7 +9,13 @@
 //! one). Re-runs and retries (`Request::fresh`) need a command that ran no trial before, so that a
 //! confirmed boundary was measured by a fresh start too, not only by a process that ran other
 //! trials (with more kernels loaded, its allocator used): the worker's spare where it keeps one,
-//! else a plain [`ProcessRunner`] trial in a process of its own. A served holder is stopped before
+//! else a holder started for it; either way the command is served its one trial as it serves any,
+//! never started another way.
+//!
+//! The protocol cannot be fooled into a fit: each request carries a random `id` that its
+//! `trial_done` must echo; an answer with no request out, naming another request or given twice,
+//! and a command that ends (exit 0) with a request unanswered, are errors (`Exited::broke`), and
+//! the command is stopped. A served holder is stopped before
 //! a fresh trial starts on its worker: under a ballast, or in a worker's share of a card, there
 //! is room for one of them.
 //!
@@ -18,7 +23,7 @@
 //! starts its holder and a spare at once, each with its command started and waiting
 //! (`Request::ahead`): its first trial and its next re-run do not wait for the command's start; a
 //! spare taken is replaced at once. On the H200 the capacity through the PyTorch reference took
-//! 32–35 s with spares against 41 s without, the same boundary (GPU run 46): a re-run 8.8–9.0 s
+//! 32–35 s with spares against 41 s without, the same boundary: a re-run 8.8–9.0 s
 //! against 12.2–13.9 s. A command's first trial is still slow once its start is not: 7.2–7.8 s in
 //! a PyTorch started ahead against 0.8–1.7 s for a later one (its first steps' own work, not
 //! profiled).
@@ -128,9 +133,10 @@ impl TrialRunner for ServedRunner {
             *holder = self.take_spare(holds);
         }
         let started = Instant::now();
+        // A re-run with no spare waiting gets a holder of its own, served as every trial is: a
+        // command that serves may not run a trial any other way.
         let h = match holder.take() {
             Some(h) => Ok(h),
-            None if request.fresh => Err(self.base.run(request)),
             None => Holder::start(&self.base, holds)
                 .map_err(|e| assemble(&[], ChildExit::NotStarted(e.to_string()), "", 0.0)),
         };

@@ -314,7 +314,7 @@ fn modules(d: &Diagnosis) -> String {
 
 /// Every module item swapped alone, most memory saved first: fits by peak, then the ones that
 /// still run out of memory in the model's order (the peak before their failure, which no row
-/// shows, moves between runs and would shuffle them: GPU runs 37 and 38).
+/// shows, moves between runs and would shuffle them).
 fn module_costs(d: &Diagnosis) -> String {
     if d.module_costs.is_empty() {
         return String::new();

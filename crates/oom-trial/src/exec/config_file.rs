@@ -115,7 +115,7 @@ fn create_new(path: &Path, text: &str) -> Result<()> {
 }
 
 /// 64 random bits, as hex.
-fn random_hex() -> String {
+pub fn random_hex() -> String {
     let mut b = [0u8; 8];
     // SAFETY: getrandom writes at most `len` bytes into the buffer it is given.
     let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };

@@ -1,6 +1,5 @@
 //! What a `--exec` command started, held together, so that (1) nothing it started outlives the
-//! trial, however it escaped (a new session with `setsid`, a daemon that forked twice), and (2) a
-//! kill by the kernel's OOM killer is attributed to its processes and to nothing else on the host
+//! trial, however it escaped (`setsid`, a daemon that forked twice), and (2) a kill by the kernel's OOM killer is attributed to its processes and to nothing else on the host
 //! (`/proc/vmstat`'s count is host-wide: a process killed in another container is not ours).
 //!
 //! - The holder is a subreaper (`PR_SET_CHILD_SUBREAPER`): whatever the command started and left
@@ -228,7 +227,7 @@ fn zombie(pid: i32) -> bool {
 }
 
 /// Whether `pid` descends from this process, by its parent links in `/proc` (what escaped into a
-/// session of its own still does: the holder is a subreaper).
+/// `setsid` group of its own still does: the holder is a subreaper).
 // Only the CUDA watch (`--ceiling-by command`) asks.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub fn descends_from_me(pid: u32) -> bool {
@@ -343,7 +342,7 @@ mod tests {
     fn an_orphan_in_a_new_session_is_found_and_swept() {
         let _children = CHILDREN.lock().unwrap_or_else(|e| e.into_inner());
         let mut c = Containment::new();
-        // A grandchild in a session of its own, whose parent exits at once: an escaped daemon.
+        // A grandchild gone with `setsid`, whose parent exits at once: an escaped daemon.
         let status = std::process::Command::new("/bin/sh")
             .args(["-c", "setsid sleep 6021 </dev/null >/dev/null 2>&1 &"])
             .status()

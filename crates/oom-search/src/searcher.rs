@@ -32,14 +32,14 @@ pub struct TrialRecord {
     pub measurement: Measurement,
 }
 
-/// What a session run apart measured: its settled results, attempt counters and trials.
+/// What a search run apart measured: its settled results, attempt counters and trials.
 type Parts = (
     HashMap<Candidate, Measurement>,
     HashMap<Candidate, u32>,
     Vec<TrialRecord>,
 );
 
-/// The clock of a session without a time budget.
+/// The clock of a search without a time budget.
 struct NoClock;
 
 impl Clock for NoClock {
@@ -48,7 +48,7 @@ impl Clock for NoClock {
     }
 }
 
-pub struct Session<'a> {
+pub struct Searcher<'a> {
     oracle: &'a mut dyn Oracle,
     events: &'a mut dyn FnMut(&Event),
     /// The settled result of each candidate (after the retry of an inconclusive first run).
@@ -63,19 +63,19 @@ pub struct Session<'a> {
     /// each get their own range, so that two axes confirming the same candidate (the original)
     /// re-run it apart, whether they run in turn or at once, under the same attempt numbers.
     rerun_floor: u32,
-    /// A session run apart beside others ([`Session::run_apart`]): the workers are shared with
+    /// A search run apart beside others ([`Searcher::run_apart`]): the workers are shared with
     /// their searches.
     apart: bool,
 }
 
-impl<'a> Session<'a> {
+impl<'a> Searcher<'a> {
     pub fn new(
         oracle: &'a mut dyn Oracle,
         events: &'a mut dyn FnMut(&Event),
         budget: Budget,
         clock: &'a dyn Clock,
     ) -> Self {
-        Session {
+        Searcher {
             oracle,
             events,
             cache: HashMap::new(),
@@ -101,14 +101,14 @@ impl<'a> Session<'a> {
     }
 
     /// Runs `step` for each item on a thread of its own, each with a fork of the oracle and a
-    /// session that starts with what this one knows; their events reach this session's display as
+    /// search that starts with what this one knows; their events reach this search's display as
     /// they happen. Their measurements are taken in afterwards in the order of `items`, so the
     /// record does not depend on which thread finished first. `None` (nothing run) when the oracle
     /// cannot fork or a budget is set.
     pub fn run_apart<I: Sync, T: Send>(
         &mut self,
         items: &[I],
-        step: &(dyn Fn(&mut Session<'_>, &I) -> T + Sync),
+        step: &(dyn Fn(&mut Searcher<'_>, &I) -> T + Sync),
     ) -> Option<Vec<T>> {
         if self.has_budget() {
             return None;
@@ -131,7 +131,7 @@ impl<'a> Session<'a> {
                     // then knows this searcher asks for nothing more.
                     scope.spawn(move || {
                         let mut send = |e: &Event| drop(tx.send(e.clone()));
-                        let mut sub = Session {
+                        let mut sub = Searcher {
                             oracle: fork.as_mut(),
                             events: &mut send,
                             cache: cache.clone(),
@@ -279,7 +279,7 @@ impl<'a> Session<'a> {
         self.hint(candidates, false);
     }
 
-    /// `runs` re-runs of each candidate that [`Session::rerun`] will ask for, alternating between
+    /// `runs` re-runs of each candidate that [`Searcher::rerun`] will ask for, alternating between
     /// the candidates as a confirmation does. A candidate not measured yet is about to be (its
     /// probe starts beside its re-runs): its re-runs come after that first run.
     pub fn expect_reruns(&mut self, candidates: &[Candidate], runs: u32) {

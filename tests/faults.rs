@@ -989,3 +989,95 @@ fn git_bisect_run_names_the_commit_that_brought_the_oom() {
         git(&d, &["bisect", "reset"]);
     }
 }
+
+/// Inputs that are not files, and files too large, end with an error naming them, never a wait or
+/// a memory blow-up: `/dev/zero` and a FIFO as the config, a FIFO as `--json`.
+#[test]
+fn fifos_devices_and_endless_files_are_refused_by_name() {
+    let d = tmp("special-files");
+    let fifo = d.join("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let fifo = fifo.to_str().unwrap();
+    let config = root().join("configs/quickstart.toml");
+    let config = config.to_str().unwrap();
+    for (args, want) in [
+        (vec!["inspect", "--config", "/dev/zero"], 10),
+        (vec!["inspect", "--config", fifo], 10),
+        (
+            vec!["trial", "--config", "/dev/zero", "--backend", "cpu"],
+            125,
+        ),
+        (
+            vec![
+                "bisect",
+                "--config",
+                config,
+                "--fake-trials",
+                "--json",
+                fifo,
+            ],
+            14,
+        ),
+    ] {
+        let start = Instant::now();
+        let o = run(&args, &d);
+        assert_eq!(code(&o), want, "{args:?}: {}", text(&o));
+        assert!(start.elapsed() < Duration::from_secs(20), "{args:?} waited");
+        assert!(text(&o).contains("not a regular file"), "{}", text(&o));
+    }
+}
+
+/// `inspect --json` onto its own config is refused before anything is written.
+#[test]
+fn inspect_never_writes_over_its_config() {
+    let d = tmp("inspect-onto-config");
+    let config = d.join("c.toml");
+    std::fs::copy(root().join("configs/quickstart.toml"), &config).unwrap();
+    let before = std::fs::read(&config).unwrap();
+    let c = config.to_str().unwrap();
+    let o = run(&["inspect", "--config", c, "--json", c], &d);
+    assert_eq!(code(&o), 14, "{}", text(&o));
+    assert_eq!(std::fs::read(&config).unwrap(), before);
+}
+
+/// A journal that stops taking records (a file-size limit here) is the run's exit code after the
+/// report, not a warning that scrolls away.
+#[test]
+fn a_journal_that_cannot_be_written_is_an_exit_code() {
+    let d = tmp("journal-unwritable");
+    let config = root().join("configs/quickstart.toml");
+    let script = format!(
+        "ulimit -f 4; exec '{BIN}' bisect --config '{}' --fake-trials -q --journal '{}'",
+        config.display(),
+        d.join("j").display()
+    );
+    let o = Command::new("sh").args(["-c", &script]).output().unwrap();
+    assert_eq!(code(&o), 14, "{}", text(&o));
+    let t = text(&o);
+    assert!(
+        t.contains("Trials: ") && t.contains("could not be written to the journal"),
+        "{t}"
+    );
+}
+
+/// Under `git bisect run`, a command line that cannot run is bad at every commit: a flag put before
+/// `trial`, a misspelled `trail`, a negative `--jobs`, each stops git (202), never blames a commit.
+#[test]
+fn a_bad_trial_command_line_stops_git_bisect() {
+    let d = tmp("bisect-usage");
+    let config = root().join("configs/quickstart.toml");
+    let c = config.to_str().unwrap();
+    for args in [
+        vec!["--backend", "cpu", "trial", "--config", c],
+        vec!["trail", "--config", c],
+        vec!["trial", "--config", c, "--no-such-flag"],
+    ] {
+        let o = run(&args, &d);
+        assert_eq!(code(&o), 202, "{args:?}: {}", text(&o));
+    }
+    // Elsewhere a bad command line is exit 2, and a negative count names its flag.
+    let o = run(&["bisect", "--config", c, "--jobs", "-1"], &d);
+    assert_eq!(code(&o), 2, "{}", text(&o));
+    assert!(text(&o).contains("--jobs"), "{}", text(&o));
+}

@@ -203,7 +203,9 @@ pub struct BisectArgs {
     /// Trials at once [default: one per device on CUDA (with --ceiling-by cap, as many ceilings as
     /// fit); on the CPU one per core as memory allows (1 for --estimate and --exec); with
     /// --launcher, $SLURM_NTASKS or 1]. The report does not depend on it.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    // A negative count reaches the range check, which names the flag, instead of reading as a flag.
+    #[arg(long, value_name = "N", allow_hyphen_values = true,
+          value_parser = clap::value_parser!(u16).range(1..=256))]
     pub jobs: Option<u16>,
     /// Start every trial through this command, e.g. 'srun -N1 -n1 --gpus-per-task=1 --exact'
     /// inside a Slurm allocation (salloc/sbatch): trials then run as job steps on its nodes

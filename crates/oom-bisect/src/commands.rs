@@ -78,6 +78,8 @@ pub struct BisectRun {
     pub steps: output::bench::Steps,
     /// The kernel cache the trials used (burn's CUDA trials only).
     pub kernel_cache: Option<PathBuf>,
+    /// Trial records the journal could not take, and why: an exit code after the report.
+    pub unjournaled: Option<(usize, String)>,
 }
 
 /// Runs a diagnosis; shared by `bisect` and `bench`.
@@ -102,6 +104,7 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
         });
     }
     let journal = Arc::new(Mutex::new(journal));
+    let journal_seen = Arc::clone(&journal);
     let runner = runner(&st.device);
     // A served worker with a spare starts its command ahead, for the original's ceiling.
     let serve = st
@@ -140,6 +143,10 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     let pool_stats = pool.stats();
     // Trials started ahead that the search never asked for are killed, not waited for.
     drop(pool);
+    let unjournaled = {
+        let j = oom_trial::sync::lock(&journal_seen);
+        j.unwritten_why.clone().map(|why| (j.unwritten, why))
+    };
     progress.finish();
     // The ceiling as given, else as the trials report it (a fraction of a device not seen before).
     let ceiling = st
@@ -156,6 +163,7 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
         pool: pool_stats,
         steps,
         kernel_cache: runner.kernel_cache,
+        unjournaled,
         settings: st,
         dispatch,
     })
@@ -341,6 +349,16 @@ fn report_run(run: &BisectRun) -> Result<i32> {
     if let Some(h) = &st.html {
         written.push(write_file(h, &output::html::page(d, &cx, &text)));
     }
+    if let Some((n, why)) = &run.unjournaled {
+        written.push(Err(user(
+            code::UNWRITABLE,
+            format!(
+                "{n} trial records could not be written to the journal {} ({why}): the report \
+                 above is complete, but a resumed run measures those trials again",
+                st.journal.display()
+            ),
+        )));
+    }
     let mut failures = written.into_iter().filter_map(Result::err);
     if let Some(first) = failures.next() {
         failures.for_each(|e| tell!("error: {e}"));
@@ -443,6 +461,9 @@ pub fn trial(args: &TrialArgs) -> Result<i32> {
 
 pub fn inspect(args: &InspectArgs) -> Result<i32> {
     let w = Workload::load(&args.config)?;
+    if let Some(j) = &args.json {
+        check_outputs(&[("config", w.path.as_path())], &[("--json", j.as_path())])?;
+    }
     let (ceiling, notes) = crate::settings::check_device_section(&w.config, &args.ceiling)?;
     let arch =
         Architecture::new(&w.config).map_err(|e| user(code::CONFIG_INVALID, e.to_string()))?;

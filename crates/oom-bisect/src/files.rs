@@ -35,14 +35,52 @@ pub fn open_append(path: &Path) -> Result<std::fs::File> {
 }
 
 /// Checks that a file can be written at `path` before hours of trials are spent, without leaving an
-/// empty file behind when none was there.
+/// empty file behind when none was there. Only a regular file will do: opening a FIFO would wait for
+/// a reader forever, and a device (`/dev/full`, through a link or not) swallows or refuses records.
 pub fn check_writable(path: &Path) -> Result<()> {
+    not_special(path).map_err(|e| user(code::UNWRITABLE, e))?;
     let existed = path.exists();
     open_append(path)?;
     if !existed {
         let _ = std::fs::remove_file(path);
     }
     Ok(())
+}
+
+/// `Err` with the reason where `path` exists (through links) and is not a regular file.
+fn not_special(path: &Path) -> std::result::Result<(), String> {
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() && !m.is_dir() => Err(format!(
+            "{} is not a regular file (a FIFO, socket or device): give a file's path",
+            path.display()
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The bytes of the regular file at `path`, at most `max` of them: a FIFO is refused without
+/// waiting for a writer, a device or a file larger than `max` by name, so that `--config /dev/zero`
+/// ends with an error instead of filling the memory.
+pub fn read_bounded(path: &Path, max: u64) -> std::result::Result<Vec<u8>, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let m = f.metadata().map_err(|e| e.to_string())?;
+    if !m.is_file() {
+        return Err("not a regular file (a FIFO, socket, device or directory)".into());
+    }
+    let mut bytes = Vec::new();
+    f.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    match bytes.len() as u64 > max {
+        true => Err(format!("larger than {} bytes, the most it may be", max)),
+        false => Ok(bytes),
+    }
 }
 
 /// Writes `text` to `path`, creating its directory.

@@ -31,8 +31,14 @@ struct Entry {
     report: TrialReport,
 }
 
+/// The largest journal read back: hundreds of thousands of trials.
+const MAX_JOURNAL_BYTES: u64 = 1 << 30;
+
 pub struct Journal {
     file: Option<File>,
+    /// Records that could not be written, and the first reason: the run's exit code says so.
+    pub unwritten: usize,
+    pub unwritten_why: Option<String>,
     experiment: String,
     known: HashMap<(String, u32), TrialReport>,
     /// Lines that were not journal records (cut short, or not ours), skipped when loading.
@@ -60,6 +66,8 @@ impl Journal {
         };
         Ok(Journal {
             file: Some(file),
+            unwritten: 0,
+            unwritten_why: None,
             experiment: experiment.to_string(),
             known: loaded.known,
             skipped: loaded.skipped,
@@ -92,7 +100,12 @@ impl Journal {
         // The whole line in one write(2), flushed: an interruption loses at most the line being written,
         // and the loader skips a line cut short.
         if let Err(err) = f.write_all(line.as_bytes()).and_then(|_| f.flush()) {
-            tell!("oom-bisect: warning: could not append to the journal: {err}");
+            // Said once; the run's exit code says it again after the report.
+            if self.unwritten_why.is_none() {
+                tell!("oom-bisect: warning: could not append to the journal: {err}");
+                self.unwritten_why = Some(err.to_string());
+            }
+            self.unwritten += 1;
         }
     }
 }
@@ -175,7 +188,7 @@ struct Loaded {
 /// those, how many not UTF-8). Read as bytes: one bad line hides no later record.
 fn load(path: &Path, experiment: &str) -> Loaded {
     let mut l = Loaded::default();
-    let Ok(bytes) = std::fs::read(path) else {
+    let Ok(bytes) = crate::files::read_bounded(path, MAX_JOURNAL_BYTES) else {
         return l;
     };
     for line in bytes.split(|b| *b == b'\n') {

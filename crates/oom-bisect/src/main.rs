@@ -95,16 +95,41 @@ fn args() -> Vec<String> {
         .collect()
 }
 
-/// A command line clap refuses: its message and exit 2, or, under `trial`, the code that makes
-/// `git bisect run` stop (a bad command line is bad at every commit).
+/// A command line clap refuses: its message and exit 2, or, where it names `trial` anywhere (a flag
+/// put before it) or a word a typo away from it (`trail`), the code that makes `git bisect run`
+/// stop: a bad command line is bad at every commit, and exit 2 would blame one.
 fn usage_error(e: clap::Error) -> ! {
     use clap::error::ErrorKind;
-    let trial = args().get(1).is_some_and(|a| a == "trial");
+    let trial = args()
+        .iter()
+        .skip(1)
+        .any(|a| a == "trial" || typo_of_trial(a));
     if trial && !matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
         let _ = e.print();
         std::process::exit(exit_codes::git_bisect_code(exit_codes::USAGE));
     }
     e.exit()
+}
+
+/// A word of 4 to 6 letters at most two edits from `trial` (`trail`, `tiral`, `trials`).
+fn typo_of_trial(word: &str) -> bool {
+    let (a, b): (Vec<char>, Vec<char>) = (word.chars().collect(), "trial".chars().collect());
+    if !(4..=6).contains(&a.len()) || !a.iter().all(char::is_ascii_alphabetic) {
+        return false;
+    }
+    // Levenshtein distance, one row at a time.
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let here = (prev + usize::from(ca != cb))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
+            (prev, row[j + 1]) = (row[j + 1], here);
+        }
+    }
+    row[b.len()] <= 2
 }
 
 /// `--gpu help` lists the cards whatever else the command line lacks (it needs no config), so it

@@ -13,6 +13,9 @@ use oom_trial::{fmt_bytes, parse_size, BackendKind, Ceiling, CeilingBy, Engine, 
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// The largest config file read: far above any real one (a long `identity` list is a few KiB).
+const MAX_CONFIG_BYTES: u64 = 4 << 20;
+
 /// A workload read from its file, overrides applied and validated.
 #[derive(Debug, Clone)]
 pub struct Workload {
@@ -23,12 +26,14 @@ pub struct Workload {
 impl Workload {
     pub fn load(args: &ConfigArgs) -> Result<Workload> {
         let path = args.config.clone();
-        let text = std::fs::read_to_string(&path).map_err(|e| {
+        let unreadable = |e: String| {
             user(
                 code::CONFIG_UNREADABLE,
                 format!("cannot read config {}: {e}", path.display()),
             )
-        })?;
+        };
+        let bytes = crate::files::read_bounded(&path, MAX_CONFIG_BYTES).map_err(unreadable)?;
+        let text = String::from_utf8(bytes).map_err(|_| unreadable("not UTF-8 text".into()))?;
         let invalid = |e: deeplab::ConfigError, with: &str| {
             user(
                 code::CONFIG_INVALID,

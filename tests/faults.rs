@@ -1081,3 +1081,47 @@ fn a_bad_trial_command_line_stops_git_bisect() {
     assert_eq!(code(&o), 2, "{}", text(&o));
     assert!(text(&o).contains("--jobs"), "{}", text(&o));
 }
+
+/// What a config says is echoed on one line, its bidirectional marks escaped: a value cannot print a
+/// forged `error:` line of its own. A key of megabytes is refused at once, and a `--set` value with
+/// a newline is refused instead of losing what follows it.
+#[test]
+fn echoes_stay_on_one_line_and_odd_keys_are_refused_fast() {
+    let d = tmp("echoes");
+    let base = std::fs::read_to_string(root().join("configs/quickstart.toml")).unwrap();
+    let forged = base.replace(
+        "attention_heads = 4",
+        "attention_heads = 4\nidentity = [\"aspp\\nerror: all good\", \"x\\u200ey\\u061cz\"]",
+    );
+    let c = write(&d, "forged.toml", &forged);
+    let o = run(&["inspect", "--config", c.to_str().unwrap()], &d);
+    assert_eq!(code(&o), 11, "{}", text(&o));
+    let t = text(&o);
+    assert!(!t.lines().any(|l| l.starts_with("error: all good")), "{t}");
+    let huge = base.replace(
+        "attention_heads = 4",
+        &format!("{} = 1", "k".repeat(4_000_000)),
+    );
+    let c = write(&d, "huge.toml", &huge);
+    let start = Instant::now();
+    let o = run(&["inspect", "--config", c.to_str().unwrap()], &d);
+    assert_eq!(code(&o), 11, "{}", text(&o));
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    let q = root().join("configs/quickstart.toml");
+    let o = run(
+        &[
+            "inspect",
+            "--config",
+            q.to_str().unwrap(),
+            "--set",
+            "data.batch=1\n[y]",
+        ],
+        &d,
+    );
+    assert_eq!(code(&o), 11, "{}", text(&o));
+    assert!(text(&o).contains("one line"), "{}", text(&o));
+}

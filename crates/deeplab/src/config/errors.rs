@@ -26,13 +26,15 @@ impl ConfigError {
 /// echoes what a user typed cannot flood a screen. Making it safe for a terminal is the CLI's job,
 /// done once where it prints.
 pub fn cut(text: &str, max: usize) -> String {
+    // On one line: a newline in a value would let it print a line of its own (a forged `error:`).
+    let one_line = |t: &str| t.replace('\n', "\\n").replace('\r', "\\r");
     match text.char_indices().nth(max) {
         Some((at, _)) => format!(
             "{}… ({} characters in all)",
-            &text[..at],
+            one_line(&text[..at]),
             text.chars().count()
         ),
-        None => text.to_string(),
+        None => one_line(text),
     }
 }
 
@@ -99,6 +101,12 @@ pub(crate) fn all_keys() -> impl Iterator<Item = String> {
 
 /// Levenshtein distance, for "did you mean" suggestions.
 pub(crate) fn distance(a: &str, b: &str) -> usize {
+    // The distance is at least the difference in length: a key of megabytes is far from every
+    // key without the quadratic table.
+    let apart = a.chars().count().abs_diff(b.chars().count());
+    if apart > 16 {
+        return apart;
+    }
     let b: Vec<char> = b.chars().collect();
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {
@@ -255,6 +263,13 @@ pub fn apply_set(table: &mut toml::Table, set: &str) -> Result<(), ConfigError> 
     };
     let key = key.trim();
     let raw = raw.trim();
+    // `v = 1\n[y]` would parse as a value and a table, and what follows the line would vanish.
+    if raw.contains(['\n', '\r']) {
+        return Err(ConfigError::new(
+            key,
+            "a --set value is one line; set each key with its own --set",
+        ));
+    }
     let Some((section, leaf)) = key.split_once('.') else {
         return Err(bare_key(key));
     };

@@ -97,7 +97,8 @@ pub fn program() -> String {
 /// passes through it once (`show!`, `tell!`), so that nothing echoed from a config, a command or
 /// its output can rewrite the terminal.
 pub fn printable(text: &str, max: usize) -> String {
-    let bidi = |c: char| matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    // The embeddings, overrides and isolates, and the marks that reorder text without them.
+    let bidi = |c: char| matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}');
     let mut out = String::new();
     for (i, c) in text.chars().enumerate() {
         if i == max {

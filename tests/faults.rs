@@ -1125,3 +1125,26 @@ fn echoes_stay_on_one_line_and_odd_keys_are_refused_fast() {
     assert_eq!(code(&o), 11, "{}", text(&o));
     assert!(text(&o).contains("one line"), "{}", text(&o));
 }
+
+/// `--exec` hands the command a path under `$TMPDIR`, which a shell reads in whatever quotes the
+/// command puts around `{config}`: a `TMPDIR` with `$(…)` in it is refused before any trial, and
+/// nothing in it runs.
+#[test]
+fn a_tmpdir_a_shell_would_read_is_refused_before_any_trial() {
+    let d = tmp("tmpdir-shell");
+    let evil = d.join("a$(touch PWNED)");
+    std::fs::create_dir_all(&evil).unwrap();
+    let q = root().join("configs/quickstart.toml");
+    for quoted in ["{config}", "\"{config}\"", "'{config}'"] {
+        let o = Command::new(BIN)
+            .args(["trial", "--config", q.to_str().unwrap(), "--backend", "cpu"])
+            .args(["--exec", &format!("cat {quoted}")])
+            .env("TMPDIR", &evil)
+            .current_dir(&d)
+            .output()
+            .unwrap();
+        assert_eq!(code(&o), 214, "{}", text(&o));
+        assert!(text(&o).contains("TMPDIR"), "{}", text(&o));
+        assert!(!d.join("PWNED").exists());
+    }
+}

@@ -200,6 +200,8 @@ fn check_exec(command: &str) -> Result<String> {
     if command.trim().is_empty() {
         return Err(user(code::USAGE, "--exec: the command is empty"));
     }
+    // Where its config files will go, checked before the first trial rather than failing each.
+    oom_trial::exec::temp_dir().map_err(|e| user(code::UNWRITABLE, format!("--exec: {e:#}")))?;
     Ok(command.to_string())
 }
 

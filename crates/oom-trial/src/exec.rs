@@ -18,6 +18,7 @@
 //! The parent classifies (`outcome::classify`): the holder never decides what an exit means.
 
 mod config_file;
+pub use config_file::temp_dir;
 mod contain;
 mod torch_trace;
 #[cfg(feature = "cuda")]

@@ -68,8 +68,22 @@ impl Drop for ConfigFile {
 
 /// `$TMPDIR`, or `/tmp`: an existing directory, never created (a missing `$TMPDIR` is a mistake
 /// to report, not a path to make).
-fn temp_dir() -> Result<PathBuf> {
+pub fn temp_dir() -> Result<PathBuf> {
     let tmp = std::env::temp_dir();
+    // The command's `{config}` is a path in here, and a shell reads it in whatever quotes the
+    // command puts around it: `$(…)`, quotes or spaces in it would run or split.
+    let plain = |s: &str| {
+        s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+,@%=:~".contains(c))
+    };
+    if !tmp.to_str().is_some_and(plain) {
+        bail!(
+            "the temporary directory {} (TMPDIR) holds characters a shell would read (`$`, \
+             quotes, spaces, or bytes that are not UTF-8), and --exec hands your command a \
+             config path inside it: set TMPDIR to a plain path",
+            tmp.to_string_lossy().escape_debug()
+        );
+    }
     match std::fs::metadata(&tmp) {
         Ok(m) if m.is_dir() => Ok(tmp),
         Ok(_) => bail!(

@@ -1148,3 +1148,36 @@ fn a_tmpdir_a_shell_would_read_is_refused_before_any_trial() {
         assert!(!d.join("PWNED").exists());
     }
 }
+
+/// A command that reports every iteration of a long run: the trial keeps the first thousand steps
+/// and ten thousand stages, and the last stage named, so its JSON and the journal stay small.
+#[test]
+fn a_command_reporting_every_iteration_stays_bounded() {
+    let d = tmp("many-steps");
+    let q = root().join("configs/quickstart.toml");
+    let j = d.join("t.json");
+    let script = "for i in $(seq 1 30000); do \
+        echo \"{\\\"oom_bisect\\\": {\\\"step_done\\\": $i, \\\"loss\\\": 1.0}}\"; \
+        echo \"{\\\"oom_bisect\\\": {\\\"stage\\\": \\\"s$i\\\", \\\"step\\\": 1}}\"; done";
+    let o = run(
+        &[
+            "trial",
+            "--config",
+            q.to_str().unwrap(),
+            "--backend",
+            "cpu",
+            "--exec",
+            script,
+            "--json",
+            j.to_str().unwrap(),
+        ],
+        &d,
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let r = json(&j);
+    assert_eq!(r["steps"].as_array().unwrap().len(), 1_000);
+    let stages = r["stages"].as_array().unwrap();
+    assert_eq!(stages.len(), 10_001);
+    assert_eq!(stages.last().unwrap()["name"], "s30000");
+    assert!(std::fs::metadata(&j).unwrap().len() < 8 << 20);
+}

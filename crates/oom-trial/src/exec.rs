@@ -327,6 +327,7 @@ impl Watched {
         if let Some(m) = done.message {
             output.push(m);
         }
+        trial.peak.flush();
         let (peak_bytes, peak_source) = trial.peak.best(&self.held);
         emit(&ChildEvent::Exited(Exited {
             code: Some(if fits { 0 } else { 1 }),
@@ -371,6 +372,7 @@ impl Watched {
         if status.is_some_and(|s| s.success()) {
             self.replay_trace(trial.peak.sampled);
         }
+        trial.peak.flush();
         let (peak_bytes, peak_source) = trial.peak.best(&self.held);
         let kills = self.contain.oom_kills();
         emit(&ChildEvent::Exited(Exited {
@@ -667,6 +669,11 @@ fn hold_cuda(_: &Request) -> Result<Held> {
     anyhow::bail!("this binary was built without the `cuda` feature")
 }
 
+/// The most step and stage events one trial passes on: a command that reports every iteration
+/// of a long run would otherwise fill the trial's JSON and the journal (300,000 steps: 38 MB).
+const MAX_STEPS: usize = 1_000;
+const MAX_MARKS: usize = 10_000;
+
 /// The command's peak: its own figure when it gives one, else what the holder measured.
 #[derive(Default)]
 struct Peak {
@@ -674,6 +681,11 @@ struct Peak {
     sampled: Option<u64>,
     /// When the last step the command reported finished (seconds since the holder started).
     step_ended: Option<f64>,
+    /// Step and stage events passed on so far.
+    steps: usize,
+    marks: usize,
+    /// The latest stage past the cap, passed on at the end: an out-of-memory is placed at it.
+    last_mark: Option<ChildEvent>,
 }
 
 impl Peak {
@@ -682,6 +694,11 @@ impl Peak {
         self.own = self.own.max(f.peak_bytes);
         if let (Some(step), Some(loss)) = (f.step_done, f.loss) {
             let at = since_start();
+            self.steps += 1;
+            if self.steps > MAX_STEPS {
+                self.step_ended = Some(at);
+                return;
+            }
             emit(&ChildEvent::Step {
                 step: step.saturating_sub(1),
                 seconds: at - self.step_ended.unwrap_or(0.0),
@@ -694,7 +711,7 @@ impl Peak {
             return;
         };
         let in_use = f.in_use_bytes.or(now).unwrap_or(0);
-        emit(&ChildEvent::Mark {
+        let mark = ChildEvent::Mark {
             at: Location {
                 step: f.step.unwrap_or(1).saturating_sub(1),
                 phase: f.phase.unwrap_or(Phase::Forward),
@@ -704,7 +721,19 @@ impl Peak {
             device_bytes: now.unwrap_or(in_use),
             seconds: since_start(),
             events: None,
-        });
+        };
+        self.marks += 1;
+        match self.marks > MAX_MARKS {
+            true => self.last_mark = Some(mark),
+            false => emit(&mark),
+        }
+    }
+
+    /// The latest stage held back by the cap, before the trial's end is told.
+    fn flush(&mut self) {
+        if let Some(mark) = self.last_mark.take() {
+            emit(&mark);
+        }
     }
 
     fn best(&self, held: &Held) -> (Option<u64>, Option<String>) {
@@ -733,10 +762,6 @@ fn largest_resident_set() -> Option<u64> {
     (ok && u.ru_maxrss > 0).then(|| u.ru_maxrss as u64 * 1024)
 }
 
-/// At most this many of the command's figures lines become measuring points; a command that
-/// prints millions must not make the journal grow without bound.
-const MAX_MARKS: usize = 10_000;
-
 /// Reads the command's output on a thread: its figures lines come back on the channel, every other
 /// line goes to stderr (where the parent reads out-of-memory messages and error tails), in blocks,
 /// lines cut and decoded lossily ([`crate::lines`]); a served command's other lines also come
@@ -746,20 +771,14 @@ fn read_output<R: Read + Send + 'static>(out: R, others: bool) -> Receiver<Line>
     std::thread::spawn(move || {
         let stderr = std::io::stderr();
         let forward = std::cell::RefCell::new(BufWriter::with_capacity(1 << 16, stderr.lock()));
-        let mut marks = 0;
         read_lines(
             out,
             MAX_LINE,
             |line| match figures(&line) {
-                Some(f) if marks < MAX_MARKS || f.trial_done.is_some() => {
-                    marks += usize::from(f.stage.is_some());
-                    // The bound is per trial.
-                    if f.trial_done.is_some() {
-                        marks = 0;
-                    }
+                // How many become events is bounded per trial (`Peak::take`).
+                Some(f) => {
                     let _ = tx.send(Line::Figures(f));
                 }
-                Some(_) => {}
                 // A parent that stopped reading costs the forwarded lines, never the trial.
                 None => {
                     let _ = writeln!(forward.borrow_mut(), "{line}");

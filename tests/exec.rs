@@ -743,3 +743,40 @@ fn a_command_that_only_serves_gets_every_trial_served() {
         toy_boundary(&tmp("served-only-need"), 80 << 20)
     );
 }
+
+/// On the CPU nothing holds a command to its ceiling: what its processes held is reported as that,
+/// never as its need, and a need this machine cannot measure (it ran out of memory under the most
+/// the machine could give, below the ceiling) is said to be unknown, never "more than" a figure
+/// below the ceiling.
+#[test]
+fn a_cpu_command_resident_memory_is_never_called_its_need() {
+    let d = tmp("exec-cpu-need");
+    let cfg = write(&d, "toy.toml", TOY);
+    let grow = "python3 -c \"import os; b = bytearray(150 << 20); \
+        raise MemoryError if int(os.environ['OOM_BISECT_MEMORY_LIMIT']) < (150 << 20) else SystemExit(0)\"";
+    let always = "echo MemoryError >&2; exit 1";
+    for (limit, command, want) in [
+        ("100MiB", grow, "resident in its processes"),
+        ("100TiB", always, "how much it needs is not known"),
+    ] {
+        let args = [
+            "bisect",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--memory-limit",
+            limit,
+        ];
+        let args = [
+            &args[..],
+            &["--axes", "need", "--fresh", "-q", "--exec", command],
+        ]
+        .concat();
+        let o = run(&args, &d);
+        let t = text(&o);
+        let verdict = t.lines().find(|l| l.starts_with("Verdict:")).unwrap_or("");
+        assert!(
+            verdict.contains(want) && !verdict.contains(": it needs"),
+            "{t}"
+        );
+    }
+}

@@ -547,10 +547,7 @@ impl Held {
     /// How [`Held::now`] reads, for the report.
     fn source(&self) -> &'static str {
         match &self.reader {
-            Reader::Resident => {
-                "resident memory of the command's processes: read every 50 ms, and the largest \
-                 one's own peak"
-            }
+            Reader::Resident => RESIDENT_SOURCE,
             #[cfg(feature = "cuda")]
             Reader::Ballast(_) => {
                 "device memory read every 10 ms, less the ballast and the holder's context"
@@ -753,6 +750,11 @@ impl Peak {
         }
     }
 }
+
+/// Where a command's peak on the CPU comes from: what its processes hold, which nothing keeps under
+/// the ceiling there, so the report does not call it a need.
+pub const RESIDENT_SOURCE: &str =
+    "resident memory of the command's processes: read every 50 ms, and the largest one's own peak";
 
 /// The largest resident set of any waited-for descendant, in bytes (`getrusage`).
 fn largest_resident_set() -> Option<u64> {

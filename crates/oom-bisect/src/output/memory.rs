@@ -164,20 +164,36 @@ pub fn need_text(need: &TrialReport, ceiling: u64) -> String {
             100.0 * (a.need_bytes as f64 / ceiling.max(1) as f64 - 1.0)
         );
     }
+    let resident = need.peak_source.as_deref() == Some(oom_trial::exec::RESIDENT_SOURCE);
     match (need.outcome, need.peak_bytes) {
+        // What the processes held is not what the command needs: nothing held it to a ceiling.
+        (TrialOutcome::Fits, Some(p)) if resident => format!(
+            "held at most {} resident in its processes, has {}; on the CPU nothing holds a \
+             command to its ceiling, so that is not its need (a {{\"oom_bisect\": {{\"peak_bytes\": …}}}} \
+             line of its own, or PyTorch's allocator trace, says what it needs)",
+            fmt_bytes(p),
+            fmt_bytes(ceiling)
+        ),
         (TrialOutcome::Fits, Some(p)) => format!(
             "needs {}, has {} ({:+.1}%)",
             fmt_bytes(p),
             fmt_bytes(ceiling),
             100.0 * (p as f64 / ceiling.max(1) as f64 - 1.0)
         ),
-        (TrialOutcome::Oom, _) => format!(
-            "needs more than the {} this machine could give it without a ceiling, has {}",
-            need.ceiling_bytes
-                .map(fmt_bytes)
-                .unwrap_or_else(|| "memory".into()),
-            fmt_bytes(ceiling)
-        ),
+        (TrialOutcome::Oom, _) => match need.ceiling_bytes {
+            // The most this machine could give is below the ceiling: no figure of its need.
+            Some(most) if most < ceiling => format!(
+                "has {}; how much it needs is not known: it ran out of memory under {}, the most \
+                 this machine could give it (measure it on a machine with more memory)",
+                fmt_bytes(ceiling),
+                fmt_bytes(most)
+            ),
+            most => format!(
+                "needs more than the {} this machine could give it without a ceiling, has {}",
+                most.map(fmt_bytes).unwrap_or_else(|| "memory".into()),
+                fmt_bytes(ceiling)
+            ),
+        },
         _ => format!(
             "has {}; how much it needs could not be measured ({})",
             fmt_bytes(ceiling),

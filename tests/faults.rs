@@ -1181,3 +1181,52 @@ fn a_command_reporting_every_iteration_stays_bounded() {
     assert_eq!(stages.last().unwrap()["name"], "s30000");
     assert!(std::fs::metadata(&j).unwrap().len() < 8 << 20);
 }
+
+/// Whatever ends the driver (SIGKILL, SIGTERM, SIGINT, SIGHUP), what a `--exec` command put in a
+/// session of its own with `setsid` dies with the trial: the holder sweeps its descendants and its
+/// cgroup when it is told to stop, not only its process group.
+#[test]
+fn a_signalled_driver_leaves_no_escaped_process_behind() {
+    let d = tmp("signal-setsid");
+    let q = root().join("configs/quickstart.toml");
+    for (i, sig) in [libc::SIGKILL, libc::SIGTERM, libc::SIGINT, libc::SIGHUP]
+        .iter()
+        .enumerate()
+    {
+        let (escaped, waiting) = (format!("sleep 81{i}1"), format!("sleep 81{i}2"));
+        // Spelled through a variable, so that only the sleeps' own command lines hold the needles.
+        let command =
+            format!("n=81{i}; setsid sleep ${{n}}1 </dev/null >/dev/null 2>&1 & sleep ${{n}}2");
+        let mut child = Command::new(BIN)
+            .args(["trial", "--config", q.to_str().unwrap(), "--backend", "cpu"])
+            .args(["--exec", &command])
+            .current_dir(&d)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while processes_with(&waiting).is_empty() && start.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            !processes_with(&escaped).is_empty(),
+            "{escaped} never started"
+        );
+        // SAFETY: signals the driver this test started.
+        unsafe { libc::kill(child.id() as i32, *sig) };
+        let _ = child.wait();
+        let start = Instant::now();
+        while !processes_with(&escaped).is_empty() && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            processes_with(&escaped).is_empty(),
+            "signal {sig}: {escaped} survived"
+        );
+        assert!(
+            processes_with(&waiting).is_empty(),
+            "signal {sig}: {waiting} survived"
+        );
+    }
+}

@@ -102,21 +102,63 @@ fn install_panic_hook() {
         .expect("spawn watchdog");
 }
 
-extern "C" fn on_parent_death(_: libc::c_int) {
+/// The write end of the stop thread's pipe; -1 until it runs.
+static STOP_PIPE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    let fd = STOP_PIPE.load(Ordering::SeqCst);
+    // SAFETY: write, alarm and kill are async-signal-safe. The stop thread does the work; should it
+    // not finish in 2 s, SIGALRM (below) ends the group anyway.
+    unsafe {
+        libc::alarm(2);
+        if fd < 0 || libc::write(fd, b"x".as_ptr().cast(), 1) != 1 {
+            libc::kill(0, libc::SIGKILL);
+        }
+    }
+}
+
+extern "C" fn end_group(_: libc::c_int) {
     // SAFETY: kill is async-signal-safe; group 0 is our own, created for this trial by the parent.
     unsafe { libc::kill(0, libc::SIGKILL) };
 }
 
-/// The parent arranges SIGTERM for when it dies (`PR_SET_PDEATHSIG`): the trial then takes its whole
-/// group with it (helpers, a compiler), so that nothing keeps the card or the CPU.
+/// The parent sends SIGTERM to stop a trial, and arranges it for when it dies
+/// (`PR_SET_PDEATHSIG`), as SIGINT and SIGHUP may come from a terminal: the trial then takes with
+/// it whatever it started, also what left its process group (a `--exec` command's `setsid`
+/// children, its cgroup: `exec::on_stop`), then its whole group (helpers, a compiler), so that
+/// nothing keeps the card or the CPU. The work is done on a thread woken through a pipe, as a
+/// signal handler may not allocate.
 fn die_with_parent() {
-    // SAFETY: installs a handler that only calls an async-signal-safe function.
+    let mut fds = [0; 2];
+    // SAFETY: pipe fills the two descriptors it is given.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0 {
+        let read_end = fds[0];
+        let stop = std::thread::Builder::new()
+            .name("oom-bisect-stop".into())
+            .spawn(move || {
+                let mut byte = 0u8;
+                loop {
+                    // SAFETY: reads one byte into a local from the pipe this thread owns.
+                    match unsafe { libc::read(read_end, (&mut byte as *mut u8).cast(), 1) } {
+                        1 => break,
+                        0 => return,
+                        _ => continue, // interrupted
+                    }
+                }
+                crate::exec::on_stop();
+                end_group(0);
+            });
+        if stop.is_ok() {
+            STOP_PIPE.store(fds[1], Ordering::SeqCst);
+        }
+    }
+    // SAFETY: installs handlers that only call async-signal-safe functions.
     unsafe {
-        libc::signal(
-            libc::SIGTERM,
-            on_parent_death as *const () as libc::sighandler_t,
-        )
-    };
+        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::signal(sig, on_stop_signal as *const () as libc::sighandler_t);
+        }
+        libc::signal(libc::SIGALRM, end_group as *const () as libc::sighandler_t);
+    }
 }
 
 /// Runs the child: reads the request, runs the trial, returns the exit code.

@@ -19,6 +19,7 @@
 
 mod config_file;
 pub use config_file::temp_dir;
+pub use contain::on_stop;
 mod contain;
 mod torch_trace;
 #[cfg(feature = "cuda")]

@@ -60,8 +60,12 @@ impl Containment {
             Some((dir, Some(file))) if procs.is_some() => Counter::Cgroup(dir.clone(), file),
             _ => open_kmsg().map(Counter::Kmsg).unwrap_or(Counter::None),
         };
+        let cgroup = cgroup.map(|(d, _)| d);
+        if let Ok(mut running) = RUNNING_CGROUP.lock() {
+            running.clone_from(&cgroup);
+        }
         Containment {
-            cgroup: cgroup.map(|(d, _)| d),
+            cgroup,
             procs,
             counter,
             seen: BTreeSet::new(),
@@ -101,23 +105,43 @@ impl Containment {
     /// Kills everything the command started that still runs (its tree, and its cgroup), and
     /// reaps it; then removes the cgroup.
     pub fn sweep(&mut self) {
-        for _ in 0..50 {
-            let mut left: BTreeSet<i32> = descendants().into_iter().collect();
-            if let Some(d) = &self.cgroup {
-                left.extend(cgroup_procs(d));
-            }
-            left.remove(&(std::process::id() as i32));
-            let running: Vec<i32> = left.into_iter().filter(|p| !zombie(*p)).collect();
-            for p in &running {
-                // SAFETY: signals a process the command started (our descendant or in its cgroup).
-                unsafe { libc::kill(*p, libc::SIGKILL) };
-            }
-            reap();
-            if running.is_empty() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        sweep(self.cgroup.as_deref());
+    }
+}
+
+/// The cgroup of the running command, for [`on_stop`]: a signal to the holder sweeps it too.
+static RUNNING_CGROUP: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+
+/// What the holder does when it is told to stop (SIGTERM from the driver, or the driver's death):
+/// every descendant and every process of the command's cgroup killed, also what escaped with
+/// `setsid` (it is not in the holder's process group), and the cgroup removed. Runs on the stop
+/// thread of `child.rs`, not in a signal handler.
+pub fn on_stop() {
+    let cgroup = RUNNING_CGROUP.try_lock().ok().and_then(|g| g.clone());
+    sweep(cgroup.as_deref());
+    if let Some(d) = cgroup {
+        remove_cgroup(&d);
+    }
+}
+
+/// Kills, until none is left, every descendant of this process and every process of `cgroup`.
+fn sweep(cgroup: Option<&Path>) {
+    for _ in 0..50 {
+        let mut left: BTreeSet<i32> = descendants().into_iter().collect();
+        if let Some(d) = cgroup {
+            left.extend(cgroup_procs(d));
         }
+        left.remove(&(std::process::id() as i32));
+        let running: Vec<i32> = left.into_iter().filter(|p| !zombie(*p)).collect();
+        for p in &running {
+            // SAFETY: signals a process the command started (our descendant or in its cgroup).
+            unsafe { libc::kill(*p, libc::SIGKILL) };
+        }
+        reap();
+        if running.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -126,6 +150,9 @@ impl Drop for Containment {
     /// below it, deepest first, as a cgroup with children cannot be removed.
     fn drop(&mut self) {
         self.procs = None;
+        if let Ok(mut running) = RUNNING_CGROUP.lock() {
+            *running = None;
+        }
         if let Some(d) = self.cgroup.take() {
             remove_cgroup(&d);
         }
@@ -176,6 +203,7 @@ fn make_cgroup() -> Option<(PathBuf, Option<&'static str>)> {
         let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
         if controllers.split(',').any(|c| c == "memory") {
             let base = Path::new("/sys/fs/cgroup/memory").join(path.trim_start_matches('/'));
+            remove_stale_cgroups(&base);
             let dir = base.join(&name);
             if std::fs::create_dir(&dir).is_ok() {
                 return Some((dir, Some("memory.oom_control")));
@@ -189,6 +217,7 @@ fn make_cgroup() -> Option<(PathBuf, Option<&'static str>)> {
         if !base.join("cgroup.procs").exists() {
             continue;
         }
+        remove_stale_cgroups(&base);
         let dir = base.join(&name);
         if std::fs::create_dir(&dir).is_ok() {
             let events = dir.join("memory.events").exists();
@@ -196,6 +225,26 @@ fn make_cgroup() -> Option<(PathBuf, Option<&'static str>)> {
         }
     }
     None
+}
+
+/// Removes the cgroups of holders that are gone (killed outright, with no chance to remove their
+/// own): an empty cgroup is only a directory, but they would pile up.
+fn remove_stale_cgroups(base: &Path) {
+    for dir in subdirectories(base) {
+        let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let Some(pid) = name
+            .strip_prefix("oom-bisect-trial-")
+            .and_then(|p| p.parse().ok())
+        else {
+            continue;
+        };
+        // SAFETY: signal 0 only asks whether the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            remove_cgroup(&dir);
+        }
+    }
 }
 
 /// `oom_kill N` from a cgroup's `memory.oom_control` or `memory.events`.

@@ -1029,6 +1029,27 @@ fn completions_for_bash_zsh_and_fish() {
             assert!(t.contains(word), "{shell} completions lack {word}");
         }
     }
+    // Bash completes a subcommand's options (each case is named as its loop names it), and
+    // never offers the internal `__trial`.
+    let o = run(&["completions", "bash"], &d);
+    let script = d.join("c.bash");
+    std::fs::write(&script, &o.stdout).unwrap();
+    let probe = format!(
+        "source '{}'; COMP_WORDS=(oom-bisect bisect --con); COMP_CWORD=2; \
+         _oom__bisect oom-bisect --con bisect; echo \"${{COMPREPLY[@]}}\"; \
+         COMP_WORDS=(oom-bisect ''); COMP_CWORD=1; _oom__bisect oom-bisect '' oom-bisect; \
+         echo \"${{COMPREPLY[@]}}\"",
+        script.display()
+    );
+    let o = std::process::Command::new("bash")
+        .args(["-c", &probe])
+        .output()
+        .unwrap();
+    let t = String::from_utf8_lossy(&o.stdout);
+    let mut lines = t.lines();
+    assert!(lines.next().unwrap_or("").contains("--config"), "{t}");
+    let top = lines.next().unwrap_or("");
+    assert!(top.contains("bisect") && !top.contains("__trial"), "{t}");
 }
 
 /// `inspect` takes the ceiling flags, and a decimal size near a card's is questioned.

@@ -79,12 +79,25 @@ fn main() {
             use clap::CommandFactory as _;
             let mut out = Vec::new();
             clap_complete::generate(*shell, &mut Cli::command(), "oom-bisect", &mut out);
-            show!("{}", String::from_utf8_lossy(&out));
+            let script = String::from_utf8_lossy(&out);
+            match shell {
+                clap_complete::Shell::Bash => show!("{}", fix_bash_completion(&script)),
+                _ => show!("{script}"),
+            }
             Ok(exit_codes::SUCCESS)
         }
         Command::ChildTrial => unreachable!("handled above"),
     };
     std::process::exit(exit_code(result));
+}
+
+/// clap_complete's bash script for a name with a hyphen names a subcommand's case
+/// `oom__subcmd__bisect__subcmd__trial` where its loop sets `oom__bisect__subcmd__trial`, so no
+/// subcommand's options were ever completed; and it offers the internal `__trial`.
+fn fix_bash_completion(script: &str) -> String {
+    script
+        .replace("oom__subcmd__bisect__subcmd__", "oom__bisect__subcmd__")
+        .replace(&format!(" {} ", oom_trial::SUBCOMMAND), " ")
 }
 
 /// The arguments as given; a name that is not UTF-8 is read lossily here (clap reads the real

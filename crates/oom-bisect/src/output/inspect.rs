@@ -14,7 +14,7 @@ pub fn inspect(c: &Config, arch: &Architecture, ceiling: Ceiling) -> String {
     let p = est.peak;
     s += &format!(
         "\nEstimated peak of a step ({}): {} = weights {} + gradients {} + optimizer state {} + batch {} + activations {} \
-         (burn's autodiff on the CPU backend; an estimate: `trial` measures).\n",
+         ({}; an estimate: `trial` measures).\n",
         c.train.phase.name(),
         fmt_bytes(p.total()),
         fmt_bytes(p.weights),
@@ -22,6 +22,10 @@ pub fn inspect(c: &Config, arch: &Architecture, ceiling: Ceiling) -> String {
         fmt_bytes(p.optimizer_state),
         fmt_bytes(p.batch),
         fmt_bytes(p.activations),
+        match c.device.memory_model() {
+            deeplab::MemoryModel::Pytorch => "what PyTorch keeps for backward, the pytorch memory model",
+            deeplab::MemoryModel::Burn => "what burn's autodiff keeps for backward, the burn memory model",
+        },
     );
     s += &against(&est, ceiling);
     s

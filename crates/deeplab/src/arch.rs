@@ -510,7 +510,7 @@ fn check_identity(identity: &[String], modules: &[ModuleInfo]) -> Result<(), Con
                     .unwrap_or_default();
                 return Err(ConfigError::new(
                     "model.identity",
-                    format!("`{}` is not a module of this model (see `oom-bisect inspect` for the ids{hint})", crate::config::cut(id, 80)),
+                    format!("`{}` is not a module of this model (see `oom-bisect inspect` for the ids{hint})", crate::config::cut_line(id, 80)),
                 ));
             }
             Some(ModuleInfo {
@@ -544,7 +544,7 @@ fn truncation(after: Option<&str>, stages: &[StageInfo]) -> Result<Option<usize>
     };
     Err(ConfigError::new(
         "model.truncate_after",
-        format!("`{}` is not a stage of this model (stages: {STEM}, {} … {CLASSIFIER}, see `oom-bisect inspect`){hint}", crate::config::cut(t, 80), block(0, 0)),
+        format!("`{}` is not a stage of this model (stages: {STEM}, {} … {CLASSIFIER}, see `oom-bisect inspect`){hint}", crate::config::cut_line(t, 80), block(0, 0)),
     ))
 }
 

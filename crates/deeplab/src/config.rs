@@ -431,7 +431,7 @@ mod errors;
 mod validate;
 
 pub(crate) use errors::distance;
-pub use errors::{apply_set, closest_key, cut, ConfigError, KEYS};
+pub use errors::{apply_set, closest_key, cut, cut_line, ConfigError, KEYS};
 use errors::{check_keys, key_at, line_column, type_error};
 pub use validate::{MAX_BATCH, MAX_CHANNELS, MAX_CLASSES, MAX_RATE, MAX_SIDE, MAX_STEPS};
 

@@ -339,7 +339,7 @@ const MIN_FRACTION: f64 = 1e-4;
 /// One ceiling parsed; errors name where it came from (`name`: the flag or the config key).
 fn parse_ceiling(kind: CeilingKind, value: &str, name: &str) -> Result<Ceiling> {
     let bad = |m: String| user(code::BAD_CEILING, format!("{name}: {m}"));
-    let shown = deeplab::config::cut(value, 80);
+    let shown = deeplab::config::cut_line(value, 80);
     match kind {
         // `none` removes a ceiling the config sets (the flag wins over the file).
         CeilingKind::Limit if value.trim().eq_ignore_ascii_case("none") => Ok(Ceiling::None),

@@ -213,6 +213,10 @@ pub fn assemble(
     }
     summarise(&mut r);
     classify(&mut r, trace, exit, stderr);
+    // What was in use when an allocation failed was held at once too: the peak is not below it.
+    if let Some(in_use) = r.oom.as_ref().and_then(|o| o.in_use_bytes) {
+        r.peak_bytes = r.peak_bytes.max(Some(in_use));
+    }
     r
 }
 

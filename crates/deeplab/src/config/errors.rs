@@ -16,7 +16,7 @@ impl ConfigError {
     /// Key and message are cut short: whatever a user typed may be echoed in them.
     pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
         ConfigError {
-            key: cut(&key.into(), 80),
+            key: cut_line(&key.into(), 80),
             message: cut(&message.into(), 400),
         }
     }
@@ -26,16 +26,20 @@ impl ConfigError {
 /// echoes what a user typed cannot flood a screen. Making it safe for a terminal is the CLI's job,
 /// done once where it prints.
 pub fn cut(text: &str, max: usize) -> String {
-    // On one line: a newline in a value would let it print a line of its own (a forged `error:`).
-    let one_line = |t: &str| t.replace('\n', "\\n").replace('\r', "\\r");
     match text.char_indices().nth(max) {
         Some((at, _)) => format!(
             "{}… ({} characters in all)",
-            one_line(&text[..at]),
+            &text[..at],
             text.chars().count()
         ),
-        None => one_line(text),
+        None => text.to_string(),
     }
+}
+
+/// A value a user wrote, as an error echoes it: cut as [`cut`] does, and on one line, since a
+/// newline in it would print a line of its own (a forged `error:`).
+pub fn cut_line(text: &str, max: usize) -> String {
+    cut(text, max).replace('\n', "\\n").replace('\r', "\\r")
 }
 
 impl fmt::Display for ConfigError {

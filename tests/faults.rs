@@ -373,6 +373,19 @@ fn only_the_failing_exception_says_out_of_memory() {
     let cases = [
         ("killed-term", format!("{oom}; kill -TERM $$"), "error"),
         ("killed-9", format!("{oom}; kill -9 $$"), "error"),
+        // An abort is how C++ ends on an uncaught std::bad_alloc: its message tells.
+        (
+            "bad-alloc-abort",
+            "printf \"terminate called after throwing an instance of 'std::bad_alloc'\\n  \
+             what():  std::bad_alloc\\n\" >&2; kill -ABRT $$"
+                .into(),
+            "oom",
+        ),
+        (
+            "abort-otherwise",
+            "echo 'ValueError: x' >&2; kill -ABRT $$".into(),
+            "error",
+        ),
         (
             "health",
             "echo 'health: no CUDA out of memory so far'; exit 1".into(),

@@ -68,6 +68,21 @@ EXEC = [
     ("past its time", "sleep 7003", "timeout", ["--trial-timeout", "2"]),
     ("past its time, a setsid child holding the output",
      "setsid sh -c 'sleep 7004' & sleep 7005", "timeout", ["--trial-timeout", "2"]),
+    ("an OOM message, then killed by a signal", f"echo '{TORCH_OOM}'; kill -TERM $$", "error", []),
+    ("an OOM message, then SIGKILL", f"echo '{TORCH_OOM}'; kill -9 $$", "error", []),
+    ("a health line, exit 1", "echo 'health: no CUDA out of memory so far'; exit 1", "error", []),
+    ("an AssertionError about OOM",
+     "echo 'AssertionError: expected no torch.OutOfMemoryError during warm-up' >&2; exit 1", "error", []),
+    ("a torch OOM, then 'Exception ignored in'",
+     f"printf '{TORCH_OOM}\\nException ignored in: <function _after_fork>\\nTypeError: x\\n' >&2; exit 1",
+     "oom", []),
+    ("NCCL's Cuda failure out of memory",
+     "echo \"torch.distributed.DistBackendError: NCCL error: unhandled cuda error, NCCL version 2.21.5\" >&2; "
+     "echo \"Last error: Cuda failure 'out of memory'\" >&2; exit 1", "oom", []),
+    # The served protocol: an answer before its request, a second answer, and no answer at all.
+    ("served: an answer before its request",
+     "echo '{\"oom_bisect\":{\"trial_done\":\"fits\"}}'; exec cat", "error", ["--serve"]),
+    ("served: exit 0 without answering", "read line; exit 0", "error", ["--serve"]),
 ]
 CODES = {"fits": 0, "oom": 3, "error": 125, "timeout": 125}
 
@@ -240,6 +255,29 @@ def file_cases(binary, t, tmp):
             t.fail("wrong exit codes", name, f"exit {r.returncode}")
 
 
+def signal_cases(binary, t, tmp):
+    """Every way the driver may end while a command runs: what the command put in a session of
+    its own with `setsid` must die with it."""
+    cfg = os.path.join(tmp, "s.toml")
+    open(cfg, "w").write(TINY)
+    for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        name = f"driver killed by {sig.name}, a setsid child running"
+        cmd = "n=70; setsid sleep ${n}11 </dev/null >/dev/null 2>&1 & sleep ${n}12"
+        p = subprocess.Popen([binary, "trial", "--config", cfg, "--backend", "cpu", "--exec", cmd],
+                             cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        t.n["inputs"] += 1
+        deadline = time.time() + 20
+        while not orphans("sleep 7012") and time.time() < deadline:
+            time.sleep(0.05)
+        p.send_signal(sig)
+        p.wait()
+        time.sleep(1.0)
+        left = orphans("sleep 701")
+        if left:
+            t.fail("orphans", name, ", ".join(left))
+            subprocess.run(["pkill", "-9", "-f", "^sleep 701"])
+
+
 def git_bisect_codes(binary, t, tmp):
     """`trial`'s exit codes, as `git bisect run` reads them."""
     cfg = os.path.join(tmp, "g.toml")
@@ -249,6 +287,7 @@ def git_bisect_codes(binary, t, tmp):
              ("an invalid config", ["--fake-trials", "--set", "model.depth=3"], 125),
              ("an unreadable config", ["--fake-trials"], 125),
              ("a bad flag", ["--no-such-flag"], 202),
+             ("a negative --jobs", ["--jobs", "-1"], 202),
              ("a bad ceiling", ["--backend", "cpu", "--memory-limit", "24 parsecs"], 213),
              ("an unwritable output", ["--fake-trials", "--json", "/proc/none/r.json"], 214)]
     if not os.path.exists("/dev/nvidia0"):
@@ -261,6 +300,13 @@ def git_bisect_codes(binary, t, tmp):
             t.fail("wrong exit codes", f"trial: {name}", f"exit {r.returncode}, not {want}")
         elif want not in (0, 3):
             t.n["clear errors"] += 1
+    # A command line git would run at every commit: a flag before `trial`, a typo of it.
+    for name, args in [("a flag before trial", ["--backend", "cpu", "trial", "--config", cfg]),
+                       ("trail for trial", ["trail", "--config", cfg])]:
+        r = run(binary, args, tmp)
+        common_checks(t, name, r)
+        if r.returncode != 202:
+            t.fail("wrong exit codes", name, f"exit {r.returncode}, not 202")
 
 
 def main():
@@ -269,6 +315,7 @@ def main():
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         exec_cases(binary, t, tmp)
+        signal_cases(binary, t, tmp)
         file_cases(binary, t, tmp)
         git_bisect_codes(binary, t, tmp)
     for k, v in t.n.items():

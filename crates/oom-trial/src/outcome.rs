@@ -464,8 +464,11 @@ fn exec_verdict(r: &mut TrialReport, x: &Exited, at: Option<&Location>, stderr: 
     // A served command's output in this trial alone; the holder's stderr holds every trial's.
     let output = command_output(x.output.as_deref().unwrap_or(stderr));
     // A kill ends the command whatever it printed before: an out-of-memory only where the
-    // kernel's OOM killer did it. A shell's 128 + n is taken as the kill it reports.
-    let killed = x.signal.is_some() || x.code.is_some_and(|c| c > 128);
+    // kernel's OOM killer did it. A shell's 128 + n is taken as the kill it reports. SIGABRT is
+    // not a kill: it is how a process ends itself on an uncaught exception (C++'s `terminate`
+    // after `std::bad_alloc`, a Rust panic built to abort), and its failing message tells.
+    let aborted = x.signal == Some(libc::SIGABRT) || x.code == Some(128 + libc::SIGABRT);
+    let killed = !aborted && (x.signal.is_some() || x.code.is_some_and(|c| c > 128));
     let (message, kind) = classify_output(&output);
     if let (Some(m), MessageKind::AllocationFailure { bytes }, false) = (message, kind, killed) {
         return set_oom(r, at, m, bytes);

@@ -1196,7 +1196,7 @@ fn a_command_reporting_every_iteration_stays_bounded() {
 }
 
 /// Whatever ends the driver (SIGKILL, SIGTERM, SIGINT, SIGHUP), what a `--exec` command put in a
-/// session of its own with `setsid` dies with the trial: the holder sweeps its descendants and its
+/// process group of its own with `setsid` dies with the trial: the holder sweeps its descendants and its
 /// cgroup when it is told to stop, not only its process group.
 #[test]
 fn a_signalled_driver_leaves_no_escaped_process_behind() {

@@ -614,7 +614,8 @@ fn the_exec_config_is_private_and_temp_dirs_are_not_made_or_swept_blindly() {
         .map(|e| e.file_name())
         .collect();
     assert_eq!(left.len(), 1, "the trial's directory is removed: {left:?}");
-    // A missing TMPDIR is an error, and is not created.
+    // A missing TMPDIR is an error before any trial (missing at every commit: it stops `git bisect
+    // run`), and is not created.
     let missing = tmpdir.join("nope");
     let (o, r) = exec_trial(
         "private-missing",
@@ -622,7 +623,7 @@ fn the_exec_config_is_private_and_temp_dirs_are_not_made_or_swept_blindly() {
         &[],
         &[("TMPDIR", missing.to_str().unwrap())],
     );
-    assert_eq!(code(&o), 125, "{}", text(&o));
+    assert_eq!(code(&o), 214, "{}", text(&o));
     assert!(
         r["error"]
             .as_str()

@@ -256,8 +256,8 @@ def file_cases(binary, t, tmp):
 
 
 def signal_cases(binary, t, tmp):
-    """Every way the driver may end while a command runs: what the command put in a session of
-    its own with `setsid` must die with it."""
+    """Every way the driver may end while a command runs: what the command detached with
+    `setsid` must die with it."""
     cfg = os.path.join(tmp, "s.toml")
     open(cfg, "w").write(TINY)
     for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

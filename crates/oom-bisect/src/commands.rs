@@ -94,15 +94,11 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     if let (Some(line), false) = (dispatch.describe(), st.quiet) {
         tell!("oom-bisect: {line}");
     }
-    let about = oom_search::expected_trials(&space, &st.search);
-    let mut progress = Progress::new(st.quiet, st.search.budget.max_trials, about);
-    progress.verbose = st.verbose;
-    if st.device.backend == BackendKind::Cpu && st.device.engine == oom_trial::Engine::Train {
-        progress.slow_cpu = Some(output::progress::SlowCpu {
-            about,
-            jobs: dispatch.slots.len(),
-        });
-    }
+    let mut progress = progress_for(
+        &st,
+        &dispatch,
+        oom_search::expected_trials(&space, &st.search),
+    );
     let journal = Arc::new(Mutex::new(journal));
     let journal_seen = Arc::clone(&journal);
     let runner = runner(&st.device);
@@ -143,10 +139,7 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     let pool_stats = pool.stats();
     // Trials started ahead that the search never asked for are killed, not waited for.
     drop(pool);
-    let unjournaled = {
-        let j = oom_trial::sync::lock(&journal_seen);
-        j.unwritten_why.clone().map(|why| (j.unwritten, why))
-    };
+    let unjournaled = unjournaled(&journal_seen);
     progress.finish();
     // The ceiling as given, else as the trials report it (a fraction of a device not seen before).
     let ceiling = st
@@ -167,6 +160,42 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
         settings: st,
         dispatch,
     })
+}
+
+/// The progress display for `about` trials; built-in CPU trials are slow enough to be timed.
+fn progress_for(
+    st: &BisectSettings,
+    dispatch: &crate::dispatch::Dispatch,
+    about: usize,
+) -> Progress {
+    let mut progress = Progress::new(st.quiet, st.search.budget.max_trials, about);
+    progress.verbose = st.verbose;
+    if st.device.backend == BackendKind::Cpu && st.device.engine == oom_trial::Engine::Train {
+        progress.slow_cpu = Some(output::progress::SlowCpu {
+            about,
+            jobs: dispatch.slots.len(),
+        });
+    }
+    progress
+}
+
+/// The records the journal could not take, and the first reason.
+fn unjournaled(journal: &Mutex<Journal>) -> Option<(usize, String)> {
+    let j = oom_trial::sync::lock(journal);
+    j.unwritten_why.clone().map(|why| (j.unwritten, why))
+}
+
+/// A journal that stopped taking records is the run's exit code, after the report.
+fn unjournaled_error(run: &BisectRun) -> Option<anyhow::Error> {
+    let (n, why) = run.unjournaled.as_ref()?;
+    Some(user(
+        code::UNWRITABLE,
+        format!(
+            "{n} trial records could not be written to the journal {} ({why}): the report above \
+             is complete, but a resumed run measures those trials again",
+            run.settings.journal.display()
+        ),
+    ))
 }
 
 /// The experiment's journal, locked for this run, saying what it found in it.
@@ -349,16 +378,7 @@ fn report_run(run: &BisectRun) -> Result<i32> {
     if let Some(h) = &st.html {
         written.push(write_file(h, &output::html::page(d, &cx, &text)));
     }
-    if let Some((n, why)) = &run.unjournaled {
-        written.push(Err(user(
-            code::UNWRITABLE,
-            format!(
-                "{n} trial records could not be written to the journal {} ({why}): the report \
-                 above is complete, but a resumed run measures those trials again",
-                st.journal.display()
-            ),
-        )));
-    }
+    written.extend(unjournaled_error(run).map(Err));
     let mut failures = written.into_iter().filter_map(Result::err);
     if let Some(first) = failures.next() {
         failures.for_each(|e| tell!("error: {e}"));

@@ -147,7 +147,7 @@ fn answer(f: Figures, id: Option<&str>) -> End {
         (None, _) => End::Broke("the command answered a trial it was not given".into()),
         (Some(_), None) => End::Broke(
             "the command answered without the request's id (a served command echoes the \
-             `id` of each {\"config\", \"id\"} request in its trial_done line)"
+             `id` of each request in its trial_done line)"
                 .into(),
         ),
         (Some(_), Some(_)) => End::Broke(

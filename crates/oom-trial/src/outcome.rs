@@ -262,16 +262,15 @@ fn read_event(r: &mut TrialReport, t: &mut Trace, e: &ChildEvent) {
             if let Some(n) = events {
                 t.marks.push((at.clone(), *n));
             }
-            r.stages.push(StageMemory {
+            let stage = StageMemory {
                 step: at.step,
                 phase: at.phase,
                 name: at.stage.clone(),
                 in_use_bytes: *in_use_bytes,
                 device_bytes: *device_bytes,
                 seconds: *seconds,
-            });
-            r.peak_in_use_bytes = r.peak_in_use_bytes.max(Some(*in_use_bytes));
-            t.last_at = Some(at.clone());
+            };
+            read_mark(r, t, stage, at);
         }
         ChildEvent::Step {
             step,
@@ -301,6 +300,13 @@ fn read_event(r: &mut TrialReport, t: &mut Trace, e: &ChildEvent) {
             r.peak_in_use_bytes = r.peak_in_use_bytes.max(Some(*peak_in_use_bytes));
         }
     }
+}
+
+/// A measuring point: its stage's memory, and where the trial last was.
+fn read_mark(r: &mut TrialReport, t: &mut Trace, stage: StageMemory, at: &Location) {
+    r.peak_in_use_bytes = r.peak_in_use_bytes.max(Some(stage.in_use_bytes));
+    r.stages.push(stage);
+    t.last_at = Some(at.clone());
 }
 
 /// The figures derived from the readings: the peak of an unfinished trial, what outlives a step,

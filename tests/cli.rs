@@ -850,30 +850,40 @@ fn a_changed_switch_measures_again() {
     let d = tmp("switch");
     let cfg = root().join("configs/quickstart.toml");
     let journal = d.join("j");
-    let bisect = |conv: &str| {
+    let bisect = |conv: &str, env: &[(&str, &str)]| {
         Command::new(BIN)
             .args(["bisect", "--config", cfg.to_str().unwrap(), "--fake-trials"])
             .args(["--axes", "batch", "--journal", journal.to_str().unwrap()])
+            .args(["--set", &format!("device.convolution={conv}")])
             .current_dir(&d)
             .env("OOM_BISECT_KERNEL_CACHE", "")
-            .env("OOM_BISECT_CONV", conv)
+            .envs(env.iter().copied())
             .output()
             .unwrap()
     };
-    let first = bisect("gemm");
+    let first = bisect("gemm", &[]);
     assert_eq!(code(&first), 0, "{}", text(&first));
     assert!(!text(&first).contains("resuming"), "{}", text(&first));
     // Another kernel setting: another experiment, measured afresh.
-    let other = bisect("direct");
+    let other = bisect("direct", &[]);
     assert_eq!(code(&other), 0, "{}", text(&other));
     assert!(!text(&other).contains("resuming"), "{}", text(&other));
     // The same setting again: answered from the journal.
-    let again = bisect("gemm");
+    let again = bisect("gemm", &[]);
     assert!(text(&again).contains("resuming"), "{}", text(&again));
-    // A value no trial accepts is refused before any trial, naming the variable.
-    let bad = bisect("sideways");
-    assert_eq!(code(&bad), 2, "{}", text(&bad));
-    assert!(text(&bad).contains("OOM_BISECT_CONV"), "{}", text(&bad));
+    // A value no trial accepts is refused before any trial, naming the key and what it takes.
+    let bad = bisect("sideways", &[]);
+    assert_eq!(code(&bad), 11, "{}", text(&bad));
+    assert!(text(&bad).contains("device.convolution"), "{}", text(&bad));
+    assert!(text(&bad).contains("gemm"), "{}", text(&bad));
+    // The variable the kernel is passed to the trial in is not a setting: set, it is refused.
+    let var = bisect("gemm", &[("OOM_BISECT_CONV", "direct")]);
+    assert_eq!(code(&var), 2, "{}", text(&var));
+    assert!(
+        text(&var).contains("`device.convolution`"),
+        "{}",
+        text(&var)
+    );
 }
 
 /// `--memory-limit none` drops the ceiling a config sets: a trial that runs out of memory under the
@@ -1119,13 +1129,17 @@ fn inspect_writes_stamped_json() {
     assert!(v["stages"][0]["shape"].is_array());
 }
 
-/// The overrides for measuring (`OOM_BISECT_GUESSES`, `OOM_BISECT_SPARES`) take `on` or `off`;
-/// anything else is refused before any trial, naming the variable and what it takes.
+/// The timing switches (`--guesses`, `--spares`, or their variables `OOM_BISECT_GUESSES`,
+/// `OOM_BISECT_SPARES`) take `on` or `off`; anything else is refused before any trial, naming the
+/// flag and what it takes.
 #[test]
-fn a_bad_measuring_override_is_refused_by_name() {
+fn a_bad_timing_switch_is_refused_by_name() {
     let d = tmp("overrides");
     let cfg = root().join("configs/quickstart.toml");
-    for var in ["OOM_BISECT_GUESSES", "OOM_BISECT_SPARES"] {
+    for (flag, var) in [
+        ("--guesses", "OOM_BISECT_GUESSES"),
+        ("--spares", "OOM_BISECT_SPARES"),
+    ] {
         let o = Command::new(BIN)
             .args(["bisect", "--config", cfg.to_str().unwrap(), "--fake-trials"])
             .args(["--axes", "batch", "--fresh", "-q"])
@@ -1134,7 +1148,7 @@ fn a_bad_measuring_override_is_refused_by_name() {
             .output()
             .unwrap();
         assert_eq!(code(&o), 2, "{var}: {}", text(&o));
-        let want = format!("{var}=sometimes: `on` or `off`");
-        assert!(text(&o).contains(&want), "{var}: {}", text(&o));
+        assert!(text(&o).contains(flag), "{var}: {}", text(&o));
+        assert!(text(&o).contains("on, off"), "{var}: {}", text(&o));
     }
 }

@@ -329,8 +329,8 @@ impl Architecture {
             shape: [b, wd.decoder_out, h / ls, w / ls],
         });
         let (lh, lw) = match config.train.loss_resolution {
-            crate::LossResolution::Full => (h, w),
-            crate::LossResolution::Quarter => (h / ls, w / ls),
+            crate::config::LossResolution::Full => (h, w),
+            crate::config::LossResolution::Quarter => (h / ls, w / ls),
         };
         stages.push(StageInfo {
             id: CLASSIFIER.into(),

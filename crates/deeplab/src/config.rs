@@ -368,6 +368,23 @@ pub struct DeviceConfig {
     /// Whose memory behaviour the trials reproduce (absent: PyTorch's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_model: Option<MemoryModel>,
+    /// Whether CUDA trials run through burn's fusion layer (absent: yes, burn's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fusion: Option<bool>,
+    /// The convolution kernel of CUDA trials (absent: implicit GEMM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub convolution: Option<Convolution>,
+}
+
+/// How CUDA trials compute a convolution: other kernels, other scratch memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Convolution {
+    /// Implicit GEMM, as PyTorch's cuDNN mostly does (the vendored burn-cubecl's default).
+    #[default]
+    Gemm,
+    /// burn's direct convolution kernel.
+    Direct,
 }
 
 /// Whose memory behaviour a trial reproduces: the same network, function and gradients either way.
@@ -427,7 +444,7 @@ impl ModelConfig {
     }
 }
 
-mod errors;
+pub(crate) mod errors;
 mod validate;
 
 pub(crate) use errors::distance;

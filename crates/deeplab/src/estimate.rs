@@ -481,8 +481,8 @@ impl Walk<'_> {
         // The weights (softmax output, and its input kept by the product) are N×N per head; the
         // memory-efficient kernel keeps one log-sum-exp per row instead.
         let per_head = match m.attention_kernel {
-            crate::AttentionKernel::Math => 2 * n * n,
-            crate::AttentionKernel::Efficient => n,
+            crate::config::AttentionKernel::Math => 2 * n * n,
+            crate::config::AttentionKernel::Efficient => n,
         };
         let saved = 5 * b * n * d + b * heads * per_head;
         self.push(s, ids::ATTENTION, saved, b * n * d, 4 * (d * d + d));

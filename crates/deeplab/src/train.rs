@@ -130,7 +130,10 @@ pub struct Trainer<B: AutodiffBackend + PytorchOps> {
 
 impl<B: AutodiffBackend + PytorchOps> Trainer<B> {
     /// Builds the model on `device` and a random batch of the configured size.
-    pub fn new(config: &Config, device: &B::Device) -> Result<Self, crate::ConfigError> {
+    pub fn new(
+        config: &Config,
+        device: &B::Device,
+    ) -> Result<Self, crate::config::errors::ConfigError> {
         let arch = Architecture::new(config)?;
         let [h, w] = config.data.size;
         let b = config.data.batch;

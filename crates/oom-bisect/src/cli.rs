@@ -211,6 +211,28 @@ pub struct BisectArgs {
     /// inside a Slurm allocation (salloc/sbatch): trials then run as job steps on its nodes
     #[arg(long, value_name = "COMMAND")]
     pub launcher: Option<String>,
+    /// Start trials the search may ask for (guesses) on idle workers [default: on where each trial
+    /// has a device of its own or the command holds its ceiling; off where trials share a device].
+    /// Timing only: the report does not depend on it
+    #[arg(long, value_enum, value_name = "on|off", env = "OOM_BISECT_GUESSES")]
+    pub guesses: Option<Toggle>,
+    /// Keep a started spare of a served command for its re-runs [default: on where the command
+    /// holds its own ceiling and its card has room]. Timing only
+    #[arg(long, value_enum, value_name = "on|off", env = "OOM_BISECT_SPARES")]
+    pub spares: Option<Toggle>,
+}
+
+/// A timing switch given on the command line or in its environment variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Toggle {
+    On,
+    Off,
+}
+
+impl Toggle {
+    pub fn on(self) -> bool {
+        self == Toggle::On
+    }
 }
 
 #[derive(Debug, Args)]

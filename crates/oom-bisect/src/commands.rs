@@ -85,7 +85,7 @@ pub struct BisectRun {
 /// Runs a diagnosis; shared by `bisect` and `bench`.
 pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     let st = BisectSettings::resolve(args)?;
-    let dispatch = crate::dispatch::Dispatch::resolve(args, &st.device)?;
+    let dispatch = st.dispatch.clone();
     say(&st.device.notes, st.quiet);
     let w = &st.workload;
     check_bisect_outputs(&st)?;
@@ -272,6 +272,8 @@ fn minimal_file(run: &BisectRun) -> Option<MinimalFile> {
         memory_fraction: None,
         gpu: None,
         memory_model: Some(w.config.device.memory_model()),
+        fusion: w.config.device.fusion,
+        convolution: w.config.device.convolution,
     };
     let path = minimal_path(&st.journal);
     let text = format!(

@@ -13,11 +13,28 @@
 //!   places it (a Slurm job step in the current allocation); `--jobs` steps at once, by default
 //!   `$SLURM_NTASKS`, else 1.
 
-use crate::cli::BisectArgs;
 use crate::exit_codes::{self as code, user};
-use crate::settings::DeviceSettings;
 use anyhow::Result;
-use oom_trial::{BackendKind, CeilingBy, ProcessRunner, Request, ServedRunner, Worker};
+use oom_trial::{BackendKind, CeilingBy, Engine, ProcessRunner, Request, ServedRunner, Worker};
+
+/// What places trials: the flags (`--devices`, `--jobs`, `--launcher`, `--guesses`, `--spares`)
+/// and the device facts the settings resolved, gathered by the settings so that nothing here reads
+/// an argument.
+#[derive(Debug, Clone)]
+pub struct Placement {
+    pub devices: Option<String>,
+    pub jobs: Option<usize>,
+    pub launcher: Option<String>,
+    /// `--guesses`: overrides [`Dispatch::guesses`].
+    pub guesses: Option<bool>,
+    /// `--spares`: overrides [`Dispatch::spares`].
+    pub spares: Option<bool>,
+    pub backend: BackendKind,
+    pub ceiling_by: CeilingBy,
+    /// The ceiling in bytes, where known before a trial.
+    pub ceiling_bytes: Option<u64>,
+    pub engine: Engine,
+}
 
 /// One worker's place: its label and what its trials' processes get.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,7 +55,7 @@ pub struct Dispatch {
     /// under the cap or the CPU's cores: a guess there takes compute from the trials the search
     /// waits on (forum under the cap 207 s → 173 s, the CPU quickstart 54 s → 48 s:
     /// docs/performance.md); but yes for commands that hold their own ceiling (below).
-    /// `OOM_BISECT_GUESSES=on|off` overrides, for measuring.
+    /// `--guesses on|off` overrides, for measuring.
     pub guesses: bool,
     /// Whether a served worker (`--exec --serve`) starts its command ahead: its holder before its
     /// first trial, and a spare that has run no trial for the next re-run, so that neither waits
@@ -46,33 +63,27 @@ pub struct Dispatch {
     /// nothing a trial measures: on CUDA where the command holds its own ceiling and each card
     /// has room for two idle commands a worker beside its ceilings (not under a ballast, which
     /// leaves a trial exactly its ceiling); not on the CPU, whose cores the trials run on, nor
-    /// through a launcher, where each would hold a job step. `OOM_BISECT_SPARES=on|off`
-    /// overrides, for measuring.
+    /// through a launcher, where each would hold a job step. `--spares on|off` overrides, for
+    /// measuring.
     pub spares: bool,
 }
 
-/// The override of [`Dispatch::guesses`].
-pub const GUESSES_ENV: &str = "OOM_BISECT_GUESSES";
-/// The override of [`Dispatch::spares`].
-pub const SPARES_ENV: &str = "OOM_BISECT_SPARES";
 /// The room an idle command is given on its card: its CUDA context and what its framework loads
 /// at the start (burn's context: 518 MiB on the H200), with a margin.
 const IDLE_COMMAND: u64 = 1 << 30;
 
 impl Dispatch {
-    pub fn resolve(args: &BisectArgs, device: &DeviceSettings) -> Result<Dispatch> {
-        let mut d = Self::place(args, device)?;
-        let unset = "unset: off where trials share a device";
-        d.guesses = switch(GUESSES_ENV, d.guesses, unset)?;
-        let unset = "unset: on where a card has room beside its trials";
-        d.spares = switch(SPARES_ENV, d.spares, unset)?;
+    pub fn resolve(p: &Placement) -> Result<Dispatch> {
+        let mut d = Self::place(p)?;
+        d.guesses = p.guesses.unwrap_or(d.guesses);
+        d.spares = p.spares.unwrap_or(d.spares);
         Ok(d)
     }
 
-    fn place(args: &BisectArgs, device: &DeviceSettings) -> Result<Dispatch> {
-        let jobs = args.jobs.map(usize::from);
-        if let Some(l) = &args.launcher {
-            if args.devices.is_some() {
+    fn place(p: &Placement) -> Result<Dispatch> {
+        let jobs = p.jobs;
+        if let Some(l) = &p.launcher {
+            if p.devices.is_some() {
                 return Err(usage(
                     "--devices and --launcher do not go together: the launcher places each trial \
                      (for Slurm, ask for GPUs with --gpus-per-task=1 in the launcher)",
@@ -80,22 +91,22 @@ impl Dispatch {
             }
             return launcher(l, jobs);
         }
-        match device.backend {
+        match p.backend {
             BackendKind::Cuda => {
-                let mut d = gpus(args.devices.as_deref(), jobs, sharing(device))?;
-                d.spares &= device.ceiling_by == CeilingBy::Command;
+                let mut d = gpus(p.devices.as_deref(), jobs, sharing(p))?;
+                d.spares &= p.ceiling_by == CeilingBy::Command;
                 // A command that holds its own ceiling is, in practice, a framework's start-up
                 // (the PyTorch reference: 10.4 s a trial five at once, 11.1 s alone): guesses
                 // cost the trials waited on little (capacity 111 s → 61 s, docs/performance.md).
-                d.guesses |= device.ceiling_by == CeilingBy::Command;
+                d.guesses |= p.ceiling_by == CeilingBy::Command;
                 Ok(d)
             }
             BackendKind::Cpu => {
-                if args.devices.is_some() {
+                if p.devices.is_some() {
                     return Err(usage("--devices names CUDA devices; on the CPU use --jobs"));
                 }
                 Ok(Dispatch {
-                    slots: (0..jobs.unwrap_or_else(|| cpu_jobs(device)))
+                    slots: (0..jobs.unwrap_or_else(|| cpu_jobs(p)))
                         .map(|i| slot(format!("cpu:{i}"), vec![]))
                         .collect(),
                     launcher: vec![],
@@ -146,24 +157,14 @@ const CPU_TRIAL_OVERHEAD: u64 = 512 << 20;
 /// The default number of CPU trials at once: one per core, as many as the available memory holds
 /// at the ceiling plus a process's overhead; one for the estimate (instant) and for `--exec` (a
 /// command whose needs are its own).
-fn cpu_jobs(device: &DeviceSettings) -> usize {
-    if device.engine != oom_trial::Engine::Train {
+fn cpu_jobs(p: &Placement) -> usize {
+    if p.engine != Engine::Train {
         return 1;
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let each = device.ceiling_bytes.unwrap_or(u64::MAX / 2) + CPU_TRIAL_OVERHEAD;
+    let each = p.ceiling_bytes.unwrap_or(u64::MAX / 2) + CPU_TRIAL_OVERHEAD;
     let fit = (oom_trial::host_available() / each) as usize;
     cores.min(fit).max(1)
-}
-
-/// An `on`/`off` override from the environment, else `default`.
-fn switch(var: &str, default: bool, unset: &str) -> Result<bool> {
-    match std::env::var(var).as_deref() {
-        Err(_) => Ok(default),
-        Ok("on") => Ok(true),
-        Ok("off") => Ok(false),
-        Ok(other) => Err(usage(&format!("{var}={other}: `on` or `off` ({unset})"))),
-    }
 }
 
 fn usage(msg: &str) -> anyhow::Error {
@@ -220,11 +221,10 @@ fn visible_gpus() -> Result<Vec<String>> {
 
 /// The ceiling in bytes when trials may share a GPU (a ceiling of a known size held inside each
 /// trial's process: the cap, or a command that holds its own).
-fn sharing(device: &DeviceSettings) -> Option<u64> {
-    device
-        .ceiling_by
+fn sharing(p: &Placement) -> Option<u64> {
+    p.ceiling_by
         .shares_gpu()
-        .then_some(device.ceiling_bytes)
+        .then_some(p.ceiling_bytes)
         .flatten()
 }
 

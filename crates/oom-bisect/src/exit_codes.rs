@@ -4,15 +4,17 @@
 //! more where nothing can be measured at all (no device, a bad command line or ceiling, an
 //! unwritable output, an internal error), which makes git stop instead of blaming a commit.
 
+use oom_trial::protocol::exit as child;
 use std::fmt;
 
-pub const SUCCESS: i32 = 0;
+/// `trial`: the configuration fits (the child's own code).
+pub const SUCCESS: i32 = child::FITS;
 /// An unexpected internal error (a bug).
 pub const INTERNAL: i32 = 1;
 /// The command line could not be parsed (clap's own code).
 pub const USAGE: i32 = 2;
-/// `trial`: the configuration ran out of memory.
-pub const OOM: i32 = 3;
+/// `trial`: the configuration ran out of memory (the child's own code).
+pub const OOM: i32 = child::OOM;
 /// The config file could not be read.
 pub const CONFIG_UNREADABLE: i32 = 10;
 /// The config has an unknown key or a value out of range.
@@ -26,8 +28,8 @@ pub const UNWRITABLE: i32 = 14;
 /// `bisect`: the original configuration could not be measured (error or timeout), so there is
 /// nothing to bisect.
 pub const INCONCLUSIVE_ORIGINAL: i32 = 15;
-/// `trial`: the trial failed for a reason other than memory, or timed out.
-pub const INCONCLUSIVE: i32 = 125;
+/// `trial`: the trial failed for a reason other than memory, or timed out (the child's own code).
+pub const INCONCLUSIVE: i32 = child::INCONCLUSIVE;
 /// Interrupted (Ctrl-C); what was measured is in the journal. Exited with by the signal handler
 /// in `oom_trial::runner`.
 pub const INTERRUPTED: i32 = oom_trial::runner::INTERRUPTED;

@@ -4,7 +4,10 @@
 //! variant, and the compiler lists every place that must say something about it.
 
 use deeplab::{ids, Config, LossResolution, Optimizer, Precision};
-use oom_search::FixResult;
+use oom_search::{FixResult, Tag};
+
+/// Where the fixes' tags start: below it, an axis's (its place in [`AxisKind::ALL`]).
+const FIX_TAGS: u16 = 100;
 
 /// The monotone axes the search bisects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,9 +36,17 @@ impl AxisKind {
         AxisKind::Phase,
     ];
 
-    /// The axis the search reports under `name` (the names given by [`AxisKind::name`]).
-    pub fn of(name: &str) -> Option<AxisKind> {
-        AxisKind::ALL.into_iter().find(|k| k.name() == name)
+    /// The tag the search carries for this axis.
+    pub fn tag(self) -> Tag {
+        Tag(AxisKind::ALL
+            .iter()
+            .position(|k| *k == self)
+            .unwrap_or_default() as u16)
+    }
+
+    /// The axis of a tag given by [`AxisKind::tag`].
+    pub fn of(tag: Tag) -> Option<AxisKind> {
+        AxisKind::ALL.get(usize::from(tag.0)).copied()
     }
 
     /// Its name in the report, the JSON and `--axes`.
@@ -162,9 +173,19 @@ impl FixKind {
         FixKind::NoAuxHead,
     ];
 
-    /// The fix the search reports under `label`.
-    pub fn of(label: &str) -> Option<FixKind> {
-        FixKind::ALL.into_iter().find(|k| k.label() == label)
+    /// The tag the search carries for this fix.
+    pub fn tag(self) -> Tag {
+        Tag(FIX_TAGS
+            + FixKind::ALL
+                .iter()
+                .position(|k| *k == self)
+                .unwrap_or_default() as u16)
+    }
+
+    /// The fix of a tag given by [`FixKind::tag`].
+    pub fn of(tag: Tag) -> Option<FixKind> {
+        let i = tag.0.checked_sub(FIX_TAGS)?;
+        FixKind::ALL.get(usize::from(i)).copied()
     }
 
     /// What a user reads.
@@ -238,12 +259,9 @@ impl FixKind {
 /// How much a measured fix changes the training, for ranking the fixes that fit: a fix by its
 /// kind, a capacity answer ("largest batch that fits: 2") by its axis.
 pub fn disruption(f: &FixResult) -> u8 {
-    if let Some(k) = FixKind::of(&f.change) {
-        return k.disruption();
+    match (FixKind::of(f.tag), AxisKind::of(f.tag)) {
+        (Some(k), _) => k.disruption(),
+        (None, Some(a)) => a.disruption(),
+        (None, None) => LAST,
     }
-    f.candidate
-        .sets
-        .keys()
-        .find_map(|key| AxisKind::ALL.into_iter().find(|a| a.key() == key))
-        .map_or(LAST, AxisKind::disruption)
 }

@@ -31,7 +31,7 @@ pub fn request(config: &Config, device: &DeviceSettings, fault: Option<Fault>) -
 }
 
 /// How a fit whose numbers diverged begins its note (see [`TrialReport::diverged`]).
-pub const DIVERGED: &str = "the loss diverged";
+const DIVERGED: &str = "the loss diverged";
 
 /// The search's view of a trial report.
 pub fn measurement(r: &TrialReport) -> Measurement {
@@ -55,6 +55,7 @@ pub fn measurement(r: &TrialReport) -> Measurement {
         need_bytes: r.need_bytes(),
         replay_disagrees: r.replay_disagrees(),
         note,
+        diverged: r.diverged.clone(),
         replayed: false,
     }
 }

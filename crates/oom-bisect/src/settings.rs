@@ -3,6 +3,7 @@
 //! code. Nothing here prints: what a user should hear is returned as notes.
 
 use crate::cli::{BackendArg, BisectArgs, CeilingArgs, CeilingByArg, ConfigArgs, DeviceArgs, Step};
+use crate::dispatch::{Dispatch, Placement};
 use crate::exit_codes::{self as code, user};
 use crate::gpus;
 use anyhow::Result;
@@ -91,7 +92,7 @@ impl DeviceSettings {
             (None, true) => Engine::Estimate,
             (None, false) => Engine::Train,
         };
-        let switches = Switches::from_env().map_err(|e| user(code::USAGE, e))?;
+        let switches = Switches::from_config(&config.device).map_err(|e| user(code::USAGE, e))?;
         let mut notes = vec![];
         let (backend, device_name) = resolve_backend(args, config, &engine, &mut notes)?;
         let (ceiling, given) = choose_ceiling(&args.ceiling, config)?;
@@ -520,6 +521,8 @@ pub struct BisectSettings {
     pub verbose: bool,
     /// The `--set`s given, for the line that reproduces the run.
     pub sets: Vec<String>,
+    /// Where the trials run (`--devices`, `--jobs`, `--launcher`).
+    pub dispatch: Dispatch,
 }
 
 impl BisectSettings {
@@ -563,9 +566,11 @@ impl BisectSettings {
             workload.stem(),
             crate::experiment::short_hash(&experiment)
         ));
+        let dispatch = Dispatch::resolve(&placement(args, &device))?;
         Ok(BisectSettings {
             workload,
             device,
+            dispatch,
             search,
             steps: args.axes.clone(),
             journal,
@@ -577,5 +582,20 @@ impl BisectSettings {
             fresh: args.fresh,
             quiet: args.quiet,
         })
+    }
+}
+
+/// The flags and device facts that place trials (`dispatch.rs`).
+fn placement(args: &BisectArgs, device: &DeviceSettings) -> Placement {
+    Placement {
+        devices: args.devices.clone(),
+        jobs: args.jobs.map(usize::from),
+        launcher: args.launcher.clone(),
+        guesses: args.guesses.map(|t| t.on()),
+        spares: args.spares.map(|t| t.on()),
+        backend: device.backend,
+        ceiling_by: device.ceiling_by,
+        ceiling_bytes: device.ceiling_bytes,
+        engine: device.engine.clone(),
     }
 }

@@ -12,6 +12,7 @@ use oom_search::{Axis, AxisValue, Fix, ModuleItem, Modules, Space};
 fn axis(kind: AxisKind, values: Vec<AxisValue>, original: usize, fine: Vec<AxisValue>) -> Axis {
     Axis {
         name: kind.name().into(),
+        tag: kind.tag(),
         noun: kind.noun().into(),
         fix: kind.fix().map(String::from),
         key: kind.key().into(),
@@ -153,6 +154,7 @@ fn fixes(config: &Config) -> Vec<Fix> {
         .filter(|k| k.applies(config))
         .map(|k| Fix {
             change: k.label().into(),
+            tag: k.tag(),
             sets: k.sets(config),
         })
         .collect()

@@ -4,7 +4,7 @@
 
 use crate::predict::Predictor;
 use crate::searcher::Searcher;
-use crate::{Axis, Candidate, Measurement, Outcome, Purpose};
+use crate::vocabulary::{Axis, AxisOptions, Candidate, Measurement, Outcome, Purpose, Tag};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
@@ -53,6 +53,9 @@ pub enum AxisVerdict {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AxisSearch {
     pub axis: String,
+    /// The axis's tag.
+    #[serde(default)]
+    pub tag: Tag,
     pub verdict: AxisVerdict,
     /// Trials this axis cost (cache hits excluded, confirmations included).
     pub trials: usize,
@@ -71,24 +74,6 @@ pub struct AxisSearch {
 pub struct Sides {
     pub last_fit: u32,
     pub first_oom: u32,
-}
-
-/// How one axis is searched.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AxisOptions {
-    /// The memory ceiling in bytes; `None` when it is not known before a trial says (a fraction of
-    /// a device not yet seen): the search then bisects without predictions.
-    pub ceiling: Option<u64>,
-    /// Probe where measured peaks predict the boundary before bisecting.
-    pub predict: bool,
-    /// Re-run the sides of the boundary this many times (0: no re-runs).
-    pub confirm_runs: u32,
-    /// Where a trial's verdict is a replay of its run, and its run repeats (the built-in model's
-    /// trials: fixed shapes, one deterministic allocator): a side is re-run only where its need
-    /// lies within this share of the ceiling, or the device and the replay disagreed; a side
-    /// without a need (the device's own out-of-memory) is not re-run. `None`: both sides are
-    /// re-run (a command whose runs may differ).
-    pub rerun_within: Option<f64>,
 }
 
 /// Searches `axis` between indices `lo` (expected to fit) and `hi` (expected to run out of memory),
@@ -245,6 +230,7 @@ impl Search<'_> {
     fn done(&self, s: &Searcher<'_>, verdict: AxisVerdict, confirmations: usize) -> AxisSearch {
         AxisSearch {
             axis: self.axis.name.clone(),
+            tag: self.axis.tag,
             verdict,
             trials: s.trial_count() - self.start,
             confirmations,

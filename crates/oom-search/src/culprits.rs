@@ -4,7 +4,7 @@
 use crate::ddmin::{ddmin, DdTest};
 use crate::diagnosis::*;
 use crate::searcher::Searcher;
-use crate::{Candidate, Measurement, Outcome, Purpose};
+use crate::vocabulary::{Candidate, Measurement, Outcome, Purpose};
 
 /// Each module item swapped alone, all at once where trials can run at once: the forum thread's
 /// method ("swap a block for identity, see if it still OOMs"), done for every item.

@@ -1,9 +1,9 @@
 //! What a diagnosis is made of: the space the caller builds (axes, fixes, modules), the options,
 //! and the results (boundaries, fixes measured, module culprits, the minimal failing configuration).
 
-use crate::bisect::{AxisOptions, AxisSearch, AxisVerdict};
+use crate::bisect::{AxisSearch, AxisVerdict};
 use crate::searcher::{Budget, TrialRecord};
-use crate::{Axis, Candidate, Measurement};
+use crate::vocabulary::{Axis, AxisOptions, Candidate, Measurement, Tag};
 use serde::{Deserialize, Serialize};
 
 /// A single change a user would try to make a failing configuration fit.
@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 pub struct Fix {
     /// What a user would read: `output stride 16`, `bf16`.
     pub change: String,
+    /// The caller's kind of this fix.
+    pub tag: Tag,
     /// The overrides that make it.
     pub sets: Vec<(String, String)>,
 }
@@ -18,6 +20,9 @@ pub struct Fix {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FixResult {
     pub change: String,
+    /// The fix's tag, or for a capacity answer ("largest batch that fits") its axis's.
+    #[serde(default)]
+    pub tag: Tag,
     pub candidate: Candidate,
     pub measurement: Measurement,
 }
@@ -198,9 +203,9 @@ pub struct Diagnosis {
 }
 
 impl Diagnosis {
-    /// The last fit and first out-of-memory of the axis named `axis`, when it has a boundary.
-    pub fn boundary(&self, axis: &str) -> Option<(&crate::Probe, &crate::Probe)> {
-        match &self.axes.iter().find(|a| a.axis == axis)?.verdict {
+    /// The last fit and first out-of-memory of the axis tagged `tag`, when it has a boundary.
+    pub fn boundary(&self, tag: Tag) -> Option<(&crate::bisect::Probe, &crate::bisect::Probe)> {
+        match &self.axes.iter().find(|a| a.tag == tag)?.verdict {
             AxisVerdict::Boundary {
                 last_fit,
                 first_oom,

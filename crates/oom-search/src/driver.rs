@@ -7,7 +7,7 @@ use crate::culprits::culprits;
 use crate::diagnosis::*;
 use crate::minimal::minimise;
 use crate::searcher::{Clock, Searcher, TrialRecord};
-use crate::{Axis, Candidate, Event, Oracle, Outcome, Purpose};
+use crate::vocabulary::{Axis, Candidate, Event, Oracle, Outcome, Purpose};
 
 /// About how many trials a diagnosis of an original that runs out of memory takes, for progress:
 /// each axis as plain bisection plus its confirmations, every fix and module item, and a dozen for
@@ -253,6 +253,7 @@ fn fixes(s: &mut Searcher<'_>, space: &Space, axes: &[AxisSearch]) -> Vec<FixRes
         );
         out.push(FixResult {
             change: fix.change.clone(),
+            tag: fix.tag,
             candidate: c,
             measurement: m,
         });
@@ -264,6 +265,7 @@ fn fixes(s: &mut Searcher<'_>, space: &Space, axes: &[AxisSearch]) -> Vec<FixRes
         {
             out.push(FixResult {
                 change: format!("{what}: {}", last_fit.label),
+                tag: a.tag,
                 candidate: last_fit.candidate.clone(),
                 measurement: last_fit.measurement.clone(),
             });

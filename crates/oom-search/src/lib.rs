@@ -17,9 +17,7 @@ mod predict;
 mod searcher;
 mod vocabulary;
 
-pub use bisect::{
-    bisect_axis, bisect_axis_finely, AxisOptions, AxisSearch, AxisVerdict, Probe, Sides,
-};
+pub use bisect::{bisect_axis, bisect_axis_finely, AxisSearch, AxisVerdict, Probe, Sides};
 pub use ddmin::{ddmin, Reduced};
 pub use diagnosis::{
     Diagnosis, Fix, FixResult, Minimal, ModuleCost, ModuleItem, Modules, ModulesVerdict, Neighbour,

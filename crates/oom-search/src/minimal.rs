@@ -1,10 +1,11 @@
 //! The 1-minimal failing configuration: every axis lowered as far as it still runs out of memory,
 //! every swapped module restored where it still does, and its passing neighbours.
 
-use crate::bisect::{bisect_axis, AxisOptions, AxisVerdict};
+use crate::bisect::{bisect_axis, AxisVerdict};
 use crate::diagnosis::*;
 use crate::searcher::Searcher;
-use crate::{Axis, Candidate, Outcome, Purpose};
+use crate::vocabulary::AxisOptions;
+use crate::vocabulary::{Axis, Candidate, Outcome, Purpose};
 
 /// Index of the candidate's value on an axis.
 fn index_on(axis: &Axis, c: &Candidate) -> usize {

@@ -5,7 +5,8 @@
 //! through two measured points predicts the largest value under the ceiling: best the two that
 //! bracket it, else the two nearest it. A prediction only orders probes; it never replaces one.
 
-use crate::{Axis, AxisOptions, Measurement, Outcome};
+use crate::vocabulary::AxisOptions;
+use crate::vocabulary::{Axis, Measurement, Outcome};
 
 /// A predicted probe that fits with a peak under this fraction of the ceiling was a poor prediction
 /// (its line came from points far from the boundary): predict again instead of probing its neighbour.

@@ -2,7 +2,7 @@
 //! retried once, re-runs are numbered, the trial budget is enforced, and every trial is told to the
 //! display.
 
-use crate::{Candidate, Event, Measurement, Oracle, Outcome, Purpose};
+use crate::vocabulary::{Candidate, Event, Measurement, Oracle, Outcome, Purpose};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::time::Duration;

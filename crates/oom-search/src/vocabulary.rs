@@ -54,6 +54,9 @@ pub struct Measurement {
     pub replay_disagrees: bool,
     /// Why the trial was inconclusive, or where it ran out of memory; free text for the report.
     pub note: String,
+    /// A fit whose numbers diverged (a loss not finite): how, in words. Still a memory verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diverged: Option<String>,
     /// Answered from the record of an earlier run (the journal), not run now: costs no budget.
     #[serde(default)]
     pub replayed: bool,
@@ -70,6 +73,7 @@ impl Measurement {
             need_bytes: None,
             replay_disagrees: false,
             note: String::new(),
+            diverged: None,
             replayed: false,
         }
     }
@@ -139,11 +143,19 @@ pub struct AxisValue {
     pub x: Option<f64>,
 }
 
+/// The caller's kind of an axis or a fix, carried through the search untouched (the search never
+/// reads it), so that the report gets the kind back typed instead of from a name.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Tag(pub u16);
+
 /// A monotone axis: memory grows with the index of the value.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Axis {
     /// `batch`, `size`, `stride`, `depth`, `phase`.
     pub name: String,
+    /// The caller's kind of this axis.
+    #[serde(default)]
+    pub tag: Tag,
     /// What the axis varies, in words for "… is not the cause": `batch dimension`, `input size`.
     pub noun: String,
     /// When the axis's last fitting value is itself a change a user would make, how the fix reads
@@ -264,4 +276,22 @@ pub enum Event {
     },
     /// A step of the diagnosis begins: `axis batch`, `fixes`, `modules`, `minimal failing`.
     Step { name: String },
+}
+
+/// How one axis is searched.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AxisOptions {
+    /// The memory ceiling in bytes; `None` when it is not known before a trial says (a fraction of
+    /// a device not yet seen): the search then bisects without predictions.
+    pub ceiling: Option<u64>,
+    /// Probe where measured peaks predict the boundary before bisecting.
+    pub predict: bool,
+    /// Re-run the sides of the boundary this many times (0: no re-runs).
+    pub confirm_runs: u32,
+    /// Where a trial's verdict is a replay of its run, and its run repeats (the built-in model's
+    /// trials: fixed shapes, one deterministic allocator): a side is re-run only where its need
+    /// lies within this share of the ceiling, or the device and the replay disagreed; a side
+    /// without a need (the device's own out-of-memory) is not re-run. `None`: both sides are
+    /// re-run (a command whose runs may differ).
+    pub rerun_within: Option<f64>,
 }

@@ -36,6 +36,7 @@ fn opts(ceiling: u64, predict: bool, confirm_runs: u32) -> AxisOptions {
 
 fn axis(name: &str, key: &str, n: usize) -> Axis {
     Axis {
+        tag: Tag::default(),
         name: name.into(),
         noun: format!("{name} dimension"),
         fix: Some(format!("largest {name} that fits")),
@@ -311,6 +312,7 @@ fn probed_search_with(
 #[test]
 fn prediction_uses_live_tensors_where_device_peaks_are_paged() {
     let a = Axis {
+        tag: Tag::default(),
         name: "size".into(),
         noun: "input size".into(),
         fix: None,
@@ -364,6 +366,7 @@ impl Oracle for GrowingSlack {
 /// verdict.
 fn capacity_probes(slack: f64) -> (Vec<String>, AxisSearch) {
     let a = Axis {
+        tag: Tag::default(),
         original: 3,
         ..axis("batch", "data.batch", 64)
     };
@@ -423,6 +426,7 @@ impl Oracle for Replayed {
 #[test]
 fn needs_on_both_sides_of_the_ceiling_find_the_boundary_in_few_probes() {
     let a = Axis {
+        tag: Tag::default(),
         name: "size".into(),
         noun: "input size".into(),
         fix: None,
@@ -490,6 +494,7 @@ impl Oracle for Told {
 /// 35, 36) against a [`Told`] whose `ready` batches finished ahead; returns its log.
 fn told_capacity(ready: Vec<&'static str>) -> Vec<String> {
     let a = Axis {
+        tag: Tag::default(),
         original: 3,
         ..axis("batch", "data.batch", 64)
     };
@@ -555,6 +560,7 @@ impl Oracle for Attempts {
 fn the_confirmation_starts_beside_a_probe_that_may_close_the_interval() {
     // 0.04 GiB a sample: 64, 38 and 37 run out of memory, 35 fits, then 36 (fits) closes it.
     let a = Axis {
+        tag: Tag::default(),
         original: 3,
         ..axis("batch", "data.batch", 64)
     };
@@ -818,6 +824,7 @@ fn toml_list(ids: &[String]) -> String {
 fn space() -> Space {
     let batch = axis("batch", "data.batch", 8);
     let stride = Axis {
+        tag: Tag::default(),
         name: "stride".into(),
         noun: "output stride".into(),
         fix: None,
@@ -837,6 +844,7 @@ fn space() -> Space {
         axes: vec![batch, stride],
         capacity: vec![],
         fixes: vec![Fix {
+            tag: Tag::default(),
             change: "output stride 16".into(),
             sets: vec![("model.output_stride".into(), "16".into())],
         }],

@@ -8,7 +8,7 @@
 use crate::classify::{classify_message, MessageKind};
 use crate::emit::{emit, since_start};
 use crate::faults::inject;
-use crate::protocol::{exit, BackendKind, ChildEvent, Engine, Location, Request};
+use crate::protocol::{exit, BackendKind, ChildEvent, Engine, Location, Request, Stage};
 use anyhow::{anyhow, bail, Result};
 use burn::backend::autodiff::checkpoint::strategy::BalancedCheckpointing;
 use burn::backend::{Autodiff, Flex};
@@ -339,7 +339,7 @@ fn run(req: &Request) -> Result<()> {
             // order is then the same on every host, and so is its stream's replay. Trials run
             // side by side instead, one per core. Set before burn starts rayon's pool.
             std::env::set_var("RAYON_NUM_THREADS", "1");
-            let total = crate::host_total();
+            let total = crate::device::host_total();
             let ceiling_bytes = req.ceiling.bytes(total);
             emit(&ChildEvent::Start {
                 backend: BackendKind::Cpu,
@@ -437,7 +437,7 @@ type Unfused = burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>
 /// The trial on [`Unfused`]: a second instantiation of the whole model and its training, which
 /// cost about three minutes of a first build on 2 cores (docs/performance.md), so only with the
 /// `unfused` feature
-/// (`OOM_BISECT_FUSION=off` is refused up front without it: `Switches`).
+/// (`device.fusion = false` is refused up front without it: `Switches`).
 #[cfg(feature = "unfused")]
 fn train_unfused(
     config: &Config,
@@ -460,7 +460,7 @@ fn train_unfused(
     _: &Request,
     _: bool,
 ) -> Result<()> {
-    bail!("OOM_BISECT_FUSION=off needs a build with `--features unfused`")
+    bail!("device.fusion = false needs a build with `--features unfused`")
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -507,12 +507,12 @@ fn train<B: AutodiffBackend + deeplab::pytorch::PytorchOps>(
         let t0 = Instant::now();
         let r = trainer.step(&mut |p| {
             let (phase, stage) = match p {
-                Point::Stage(id) => (Phase::Forward, id.to_string()),
-                Point::Loss => (Phase::Forward, "loss".to_string()),
-                Point::Backward => (Phase::Backward, "backward".to_string()),
-                Point::Optimizer => (Phase::Step, "optimizer".to_string()),
+                Point::Stage(id) => (Phase::Forward, Stage::Module(id.to_string())),
+                Point::Loss => (Phase::Forward, Stage::Loss),
+                Point::Backward => (Phase::Backward, Stage::Backward),
+                Point::Optimizer => (Phase::Step, Stage::Optimizer),
             };
-            inject(&req.fault, &stage);
+            inject(&req.fault, stage.name());
             if B::sync(device).is_err() || PANICKED.load(Ordering::SeqCst) {
                 // Let the panic hook's watchdog end the process; do not measure garbage.
                 std::thread::sleep(Duration::from_secs(10));

@@ -33,10 +33,10 @@ fn size_after(message: &str, marker: &str) -> Option<u64> {
         .collect();
     let unit = match unit.as_str() {
         "bytes" | "byte" => "",
-        u if crate::parse_size(&format!("1{u}")).is_ok() => u,
+        u if crate::units::parse_size(&format!("1{u}")).is_ok() => u,
         _ => "",
     };
-    crate::parse_size(&format!("{num}{unit}")).ok()
+    crate::units::parse_size(&format!("{num}{unit}")).ok()
 }
 
 /// Exception types that are an out-of-memory whatever their message: PyTorch's

@@ -180,8 +180,8 @@ impl CudaCeiling {
             bail!(
                 "the GPU ({name}) has {} free, less than the {} this trial may still take: other \
                  processes hold memory on it. The trial did not run; it is not an out-of-memory",
-                crate::fmt_bytes(free),
-                crate::fmt_bytes(ceiling_bytes - own)
+                crate::units::fmt_bytes(free),
+                crate::units::fmt_bytes(ceiling_bytes - own)
             );
         }
         settle_before_retry(dev);
@@ -225,8 +225,8 @@ fn check_room(name: &str, total: u64, used: u64, ceiling: u64, context: OwnConte
     if ceiling > total {
         bail!(
             "the ceiling ({}) is larger than the device ({name}, {})",
-            crate::fmt_bytes(ceiling),
-            crate::fmt_bytes(total)
+            crate::units::fmt_bytes(ceiling),
+            crate::units::fmt_bytes(total)
         );
     }
     if used > FOREIGN_USE {
@@ -235,14 +235,14 @@ fn check_room(name: &str, total: u64, used: u64, ceiling: u64, context: OwnConte
              process holds memory on it (a leftover trial? `nvidia-smi --query-compute-apps=\
              pid,used_memory --format=csv` lists them). A ceiling needs the card to itself, so \
              this trial did not run; it is not an out-of-memory",
-            crate::fmt_bytes(used)
+            crate::units::fmt_bytes(used)
         );
     }
     if context == OwnContext::Counted && ceiling <= used {
         bail!(
             "the ceiling ({}) is not above what the CUDA context already holds ({})",
-            crate::fmt_bytes(ceiling),
-            crate::fmt_bytes(used)
+            crate::units::fmt_bytes(ceiling),
+            crate::units::fmt_bytes(used)
         );
     }
     Ok(())
@@ -258,7 +258,7 @@ fn reserve(bytes: u64) -> Result<u64> {
         unsafe { result::malloc_sync(n) }.with_context(|| {
             format!(
                 "could not reserve ballast ({} left to reserve)",
-                crate::fmt_bytes(left as u64)
+                crate::units::fmt_bytes(left as u64)
             )
         })?;
         left -= n;

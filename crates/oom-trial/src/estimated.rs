@@ -33,14 +33,14 @@ pub fn answer(req: &Request) -> Answer {
         }
     };
     let est = arch.memory_estimate(&config);
-    let ceiling = req.ceiling.bytes(crate::host_total());
+    let ceiling = req.ceiling.bytes(crate::device::host_total());
     let mut events = vec![
         ChildEvent::Start {
             backend: req.backend,
             device: DEVICE.into(),
             ceiling_bytes: ceiling,
             context_bytes: 0,
-            total_bytes: crate::host_total(),
+            total_bytes: crate::device::host_total(),
             seconds: 0.0,
         },
         ChildEvent::Built {
@@ -120,5 +120,55 @@ pub fn pretend_to_train() {
         .filter(|s| s.is_finite() && *s > 0.0);
     if let Some(s) = secs {
         std::thread::sleep(std::time::Duration::from_secs_f64(s.min(3600.0)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::{assemble, ChildExit, TrialOutcome, TrialReport};
+    use crate::protocol::{BackendKind, Ceiling, Engine, Request};
+
+    fn request(ceiling: Ceiling) -> Request {
+        let mut c = deeplab::Config::example();
+        c.model.backbone = deeplab::Backbone::Resnet18;
+        c.data.size = [128, 128];
+        Request {
+            config: c.to_toml_string(),
+            backend: BackendKind::Cpu,
+            ceiling,
+            engine: Engine::Estimate,
+            fault: None,
+            timeout_seconds: None,
+            switches: Default::default(),
+            ceiling_by: Default::default(),
+            serve: false,
+            fresh: false,
+            ahead: false,
+        }
+    }
+
+    /// The estimate's answer, classified as a child's is: a fit with its peak, an OOM with the
+    /// stage it reached and the refused size, an invalid config an error.
+    fn run(request: &Request) -> TrialReport {
+        let a = answer(request);
+        assemble(&a.events, ChildExit::Code(a.exit_code), &a.stderr, 0.0)
+    }
+
+    #[test]
+    fn the_estimate_classifies_like_a_child() {
+        let fits = run(&request(Ceiling::Bytes(64 << 30)));
+        assert_eq!(fits.outcome, TrialOutcome::Fits, "{fits:?}");
+        let peak = fits.peak_bytes.unwrap();
+        assert!(peak > 10 << 20, "{peak}");
+        let oom = run(&request(Ceiling::Bytes(peak / 2)));
+        assert_eq!(oom.outcome, TrialOutcome::Oom, "{oom:?}");
+        let info = oom.oom.unwrap();
+        assert!(info.bytes.unwrap() > 0 && info.stage.is_some(), "{info:?}");
+        let bad = Request {
+            config: "[model]".into(),
+            ..request(Ceiling::None)
+        };
+        assert_eq!(run(&bad).outcome, TrialOutcome::Error);
     }
 }

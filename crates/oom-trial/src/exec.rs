@@ -27,7 +27,7 @@ mod watch;
 
 use crate::emit::{emit, since_start};
 use crate::lines::{read_lines, Tail, MAX_LINE};
-use crate::protocol::{BackendKind, ChildEvent, Exited, Location, Request};
+use crate::protocol::{BackendKind, ChildEvent, Exited, Location, Request, Stage};
 use anyhow::{Context as _, Result};
 use config_file::ConfigFile;
 use contain::Containment;
@@ -72,7 +72,7 @@ pub struct Figures {
     pub in_use_bytes: Option<u64>,
     /// Where it is now (a module id, `loss`, `backward`, `optimizer`): an out-of-memory after this
     /// line happened there.
-    pub stage: Option<String>,
+    pub stage: Option<Stage>,
     /// The training step, counted from 1.
     pub step: Option<usize>,
     pub phase: Option<Phase>,
@@ -113,7 +113,7 @@ pub fn figures(line: &str) -> Option<Figures> {
 pub fn command_line(command: &str, config: &Path) -> String {
     command.replace(
         CONFIG_PLACEHOLDER,
-        &crate::shell_word(&config.display().to_string()),
+        &crate::shell::shell_word(&config.display().to_string()),
     )
 }
 
@@ -605,8 +605,9 @@ fn group_resident() -> Option<u64> {
 fn hold(req: &Request) -> Result<Held> {
     match req.backend {
         BackendKind::Cpu => {
-            let total = crate::host_total();
-            let ceiling = (req.ceiling != crate::Ceiling::None).then(|| req.ceiling.bytes(total));
+            let total = crate::device::host_total();
+            let ceiling =
+                (req.ceiling != crate::protocol::Ceiling::None).then(|| req.ceiling.bytes(total));
             let device = "cpu (your command; the ceiling is passed on, not enforced)".into();
             Ok(Held {
                 backend: BackendKind::Cpu,
@@ -628,18 +629,22 @@ fn limit_env(ceiling: Option<u64>) -> Vec<(String, String)> {
 #[cfg(feature = "cuda")]
 fn hold_cuda(req: &Request) -> Result<Held> {
     use crate::cuda::{CudaCeiling, OwnContext};
-    let (start, reader, held_by) = if req.ceiling_by == crate::CeilingBy::Command {
+    let (start, reader, held_by) = if req.ceiling_by == crate::protocol::CeilingBy::Command {
         let w = watch::Watch::start(req.ceiling)?;
         let device = format!("{} (your command, which holds its ceiling)", w.device_name);
         let start = (device, w.ceiling_bytes, 0, w.total_bytes);
         (start, Reader::Watch(w), "command")
     } else {
         // A command in a process of its own cannot be capped from here: ballast.
-        let c = CudaCeiling::install(req.ceiling, OwnContext::Excluded, crate::CeilingBy::Ballast)?;
+        let c = CudaCeiling::install(
+            req.ceiling,
+            OwnContext::Excluded,
+            crate::protocol::CeilingBy::Ballast,
+        )?;
         let device = format!(
             "{} (your command; the holder's own context of {} is not counted)",
             c.device_name,
-            crate::fmt_bytes(c.context_bytes)
+            crate::units::fmt_bytes(c.context_bytes)
         );
         let start = (device, c.ceiling_bytes, c.context_bytes, c.total_bytes);
         (start, Reader::Ballast(c), "ballast")
@@ -808,7 +813,7 @@ mod tests {
         let f =
             figures(r#"{"oom_bisect": {"peak_bytes": 123, "stage": "aspp", "step": 2}}"#).unwrap();
         assert_eq!(f.peak_bytes, Some(123));
-        assert_eq!(f.stage.as_deref(), Some("aspp"));
+        assert_eq!(f.stage, Some(Stage::Module("aspp".into())));
         assert_eq!(f.step, Some(2));
         assert!(figures(r#"{"loss": 0.5}"#).is_none());
         assert!(figures("epoch 1: loss 0.5").is_none());

@@ -33,8 +33,8 @@ pub use protocol::{
     BackendKind, Ceiling, CeilingBy, ChildEvent, Engine, Fault, Request, SUBCOMMAND,
 };
 pub use runner::{
-    install_interrupt_handler, kill_running_trials, parse_events, EstimateRunner, ProcessRunner,
-    TrialRunner, MAX_RUNNING,
+    install_interrupt_handler, kill_running_trials, parse_events, ProcessRunner, TrialRunner,
+    MAX_RUNNING,
 };
 pub use served::ServedRunner;
 pub use switches::Switches;

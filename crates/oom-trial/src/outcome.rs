@@ -4,7 +4,7 @@
 //! read back after the last step (a non-finite one is a measured run that diverged: `diverged`).
 
 use crate::classify::{classify_message, classify_output, in_use_at_failure, MessageKind};
-use crate::protocol::{exit, BackendKind, ChildEvent, Exited, Location, Replayed};
+use crate::protocol::{exit, BackendKind, ChildEvent, Exited, Location, Replayed, Stage};
 use deeplab::Phase;
 use serde::{Deserialize, Serialize};
 
@@ -57,7 +57,7 @@ pub struct OomInfo {
     /// the loss comes backward; after backward, the optimizer step).
     pub phase: Option<Phase>,
     /// Where the last reading before the failure was taken: the failure happened after it.
-    pub stage: Option<String>,
+    pub stage: Option<Stage>,
     pub step: Option<usize>,
     /// The allocation that failed, when the message says.
     pub bytes: Option<u64>,
@@ -249,7 +249,7 @@ fn read_event(r: &mut TrialReport, t: &mut Trace, e: &ChildEvent) {
             t.last_at = Some(Location {
                 step: 0,
                 phase: Phase::Forward,
-                stage: "setup".into(),
+                stage: Stage::Setup,
             });
         }
         ChildEvent::Mark {
@@ -265,7 +265,7 @@ fn read_event(r: &mut TrialReport, t: &mut Trace, e: &ChildEvent) {
             let stage = StageMemory {
                 step: at.step,
                 phase: at.phase,
-                name: at.stage.clone(),
+                name: at.stage.to_string(),
                 in_use_bytes: *in_use_bytes,
                 device_bytes: *device_bytes,
                 seconds: *seconds,
@@ -349,21 +349,11 @@ fn allocation_failure(panics: &[(String, String)], stderr: &str) -> Option<(Stri
         })
 }
 
-/// The phase that runs after reading `at`: the loss ends the forward pass, backward ends with its
-/// reading and the optimizer step follows.
-fn phase_after(at: &Location) -> Phase {
-    match at.stage.as_str() {
-        "loss" => Phase::Backward,
-        "backward" => Phase::Step,
-        _ => at.phase,
-    }
-}
-
 /// Marks the report out of memory, where the last reading was taken.
 fn set_oom(r: &mut TrialReport, at: Option<&Location>, message: String, bytes: Option<u64>) {
     r.outcome = TrialOutcome::Oom;
     r.oom = Some(OomInfo {
-        phase: at.map(phase_after),
+        phase: at.map(|l| l.stage.phase_after(l.phase)),
         stage: at.map(|l| l.stage.clone()),
         step: at.map(|l| l.step),
         bytes,
@@ -582,9 +572,9 @@ const MESSAGE_CHARS: usize = 2000;
 /// `at aspp allocating 1.1 MiB`: where, and how large the refused allocation was.
 impl std::fmt::Display for OomInfo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "at {}", self.stage.as_deref().unwrap_or("start"))?;
+        write!(f, "at {}", self.stage.as_ref().map_or("start", Stage::name))?;
         if let Some(b) = self.bytes {
-            write!(f, " allocating {}", crate::fmt_bytes(b))?;
+            write!(f, " allocating {}", crate::units::fmt_bytes(b))?;
         }
         Ok(())
     }

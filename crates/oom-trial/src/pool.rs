@@ -431,9 +431,9 @@ mod tests {
     fn req(ms: u64) -> Request {
         Request {
             config: ms.to_string(),
-            backend: crate::BackendKind::Cpu,
-            ceiling: crate::Ceiling::None,
-            engine: crate::Engine::Estimate,
+            backend: crate::protocol::BackendKind::Cpu,
+            ceiling: crate::protocol::Ceiling::None,
+            engine: crate::protocol::Engine::Estimate,
             fault: None,
             timeout_seconds: None,
             switches: Default::default(),

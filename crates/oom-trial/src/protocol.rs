@@ -126,7 +126,7 @@ pub struct Request {
     /// The switches the parent resolved (`switches.rs`): the child reads no switch from its
     /// environment.
     #[serde(default)]
-    pub switches: crate::Switches,
+    pub switches: crate::switches::Switches,
     /// How a CUDA ceiling is enforced (ignored on the CPU, where the allocator enforces it).
     #[serde(default)]
     pub ceiling_by: CeilingBy,
@@ -161,8 +161,74 @@ impl Ceiling {
 pub struct Location {
     pub step: usize,
     pub phase: Phase,
-    /// A forward stage id, or `loss`, `backward`, `optimizer`, `setup`.
-    pub stage: String,
+    pub stage: Stage,
+}
+
+/// Where a reading was taken: before the first step, after a stage of the forward pass, after the
+/// loss, backward or the optimizer step. Written as its name (`setup`, a stage id, `loss`,
+/// `backward`, `optimizer`), so that a command under `--exec` can name its own stages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub enum Stage {
+    /// The model built, before the first forward pass.
+    Setup,
+    /// A stage of the forward pass: an id of `deeplab::ids`, or a command's own name.
+    Module(String),
+    Loss,
+    Backward,
+    Optimizer,
+}
+
+impl Stage {
+    pub fn name(&self) -> &str {
+        match self {
+            Stage::Setup => "setup",
+            Stage::Module(id) => id,
+            Stage::Loss => "loss",
+            Stage::Backward => "backward",
+            Stage::Optimizer => "optimizer",
+        }
+    }
+
+    /// The phase that runs after this reading: the loss ends the forward pass, backward ends with
+    /// its reading and the optimizer step follows; elsewhere `phase`, the reading's own.
+    pub fn phase_after(&self, phase: Phase) -> Phase {
+        match self {
+            Stage::Loss => Phase::Backward,
+            Stage::Backward => Phase::Step,
+            _ => phase,
+        }
+    }
+}
+
+impl From<String> for Stage {
+    fn from(name: String) -> Stage {
+        match name.as_str() {
+            "setup" => Stage::Setup,
+            "loss" => Stage::Loss,
+            "backward" => Stage::Backward,
+            "optimizer" => Stage::Optimizer,
+            _ => Stage::Module(name),
+        }
+    }
+}
+
+impl From<&str> for Stage {
+    fn from(name: &str) -> Stage {
+        Stage::from(name.to_string())
+    }
+}
+
+impl From<Stage> for String {
+    fn from(s: Stage) -> String {
+        s.name().to_string()
+    }
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// Where a child ran: its host, and the Slurm job step when a launcher started it as one.

@@ -6,9 +6,6 @@
 //!   block the child forever), enforces the time limit by killing the whole group, and assembles the
 //!   report from what the child left behind. The child cannot outlive us: it dies with its parent
 //!   (`PR_SET_PDEATHSIG`), and Ctrl-C, SIGTERM and SIGHUP kill its group before we exit.
-//! - [`EstimateRunner`]: the model's memory estimate answered in this process, through the same events
-//!   and the same classification, for tests of the search that need no process at all.
-//!
 //! A process runner given `Engine::Estimate` requests runs the estimate in the child: the whole
 //! path of a real trial (spawn, protocol, classification), without training.
 
@@ -165,7 +162,7 @@ pub struct ProcessRunner {
     /// Extra environment for the child, e.g. `CUDA_VISIBLE_DEVICES` naming this worker's GPU.
     pub env: Vec<(String, String)>,
     /// How the child holds a CUDA ceiling: a cap lets several workers share one GPU.
-    pub ceiling_by: crate::CeilingBy,
+    pub ceiling_by: crate::protocol::CeilingBy,
 }
 
 impl TrialRunner for ProcessRunner {
@@ -306,66 +303,4 @@ pub fn parse_events(stdout: &str) -> Vec<ChildEvent> {
 /// One line of the child's stdout as an event, if it is one.
 pub(crate) fn parse_event(line: &str) -> Option<ChildEvent> {
     serde_json::from_str(line.trim()).ok()
-}
-
-/// The model's memory estimate as a trial, in this process: the events the estimate engine would
-/// print, classified as a child's would be. For tests; never the real thing.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct EstimateRunner;
-
-impl TrialRunner for EstimateRunner {
-    fn run(&self, request: &Request) -> TrialReport {
-        let started = Instant::now();
-        let answer = crate::estimated::answer(request);
-        assemble(
-            &answer.events,
-            ChildExit::Code(answer.exit_code),
-            &answer.stderr,
-            started.elapsed().as_secs_f64(),
-        )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{BackendKind, Ceiling, Engine, TrialOutcome};
-
-    fn request(ceiling: Ceiling) -> Request {
-        let mut c = deeplab::Config::example();
-        c.model.backbone = deeplab::Backbone::Resnet18;
-        c.data.size = [128, 128];
-        Request {
-            config: c.to_toml_string(),
-            backend: BackendKind::Cpu,
-            ceiling,
-            engine: Engine::Estimate,
-            fault: None,
-            timeout_seconds: None,
-            switches: Default::default(),
-            ceiling_by: Default::default(),
-            serve: false,
-            fresh: false,
-            ahead: false,
-        }
-    }
-
-    /// The estimate runner answers through the same classification as a child: a fit with its peak,
-    /// an OOM with the stage it reached and the refused size.
-    #[test]
-    fn the_estimate_runner_classifies_like_a_child() {
-        let fits = EstimateRunner.run(&request(Ceiling::Bytes(64 << 30)));
-        assert_eq!(fits.outcome, TrialOutcome::Fits, "{fits:?}");
-        let peak = fits.peak_bytes.unwrap();
-        assert!(peak > 10 << 20, "{peak}");
-        let oom = EstimateRunner.run(&request(Ceiling::Bytes(peak / 2)));
-        assert_eq!(oom.outcome, TrialOutcome::Oom, "{oom:?}");
-        let info = oom.oom.unwrap();
-        assert!(info.bytes.unwrap() > 0 && info.stage.is_some(), "{info:?}");
-        let bad = Request {
-            config: "[model]".into(),
-            ..request(Ceiling::None)
-        };
-        assert_eq!(EstimateRunner.run(&bad).outcome, TrialOutcome::Error);
-    }
 }

@@ -1,14 +1,16 @@
-//! Environment switches that change what a trial measures (its kernels or its memory), read in one
-//! place. The parent reads them once, refuses bad values before any trial, and puts them in the
-//! journal key, so that a re-run with another switch measures again instead of answering from
-//! trials made under the old one; the child gets them in its request (`Request::switches`), never
-//! from its environment.
+//! The backend settings that change what a trial measures (its kernels or its memory): the config
+//! keys `device.fusion` and `device.convolution`, and the build's autotune. The parent resolves
+//! them once, refuses what the binary cannot run before any trial, and puts them in the journal key,
+//! so that a run with another setting measures again instead of answering from trials made under
+//! the old one; the child gets them in its request (`Request::switches`).
 
-/// `off` runs CUDA trials on burn-cubecl without burn's fusion layer: other kernels, other memory.
-pub const FUSION_ENV: &str = "OOM_BISECT_FUSION";
-/// `direct` makes the patched burn-cubecl use upstream's direct convolution instead of implicit
-/// GEMM (see vendor/README.md): other kernels, other scratch memory.
+use deeplab::config::{Convolution, DeviceConfig};
+
+/// The variable the vendored burn-cubecl reads for the convolution kernel (vendor/README.md): set by
+/// the child from its request, never read from the user's environment.
 pub const CONV_ENV: &str = "OOM_BISECT_CONV";
+/// What fusion was once set by; refused when set, so that it cannot be believed to act.
+const FUSION_ENV: &str = "OOM_BISECT_FUSION";
 
 /// The switches in force.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -20,12 +22,32 @@ pub struct Switches {
 }
 
 impl Switches {
-    /// Reads the environment; a value the trial would refuse is refused here, naming the variable.
-    pub fn from_env() -> Result<Switches, String> {
-        let var = |k: &str| std::env::var(k).unwrap_or_default();
+    /// From the workload's `[device]` section; a setting this binary cannot run is refused here,
+    /// naming the key, as is a variable that would look as if it set one.
+    pub fn from_config(device: &DeviceConfig) -> Result<Switches, String> {
+        for (var, key) in [
+            (FUSION_ENV, "device.fusion"),
+            (CONV_ENV, "device.convolution"),
+        ] {
+            if std::env::var_os(var).is_some_and(|v| !v.is_empty()) {
+                return Err(format!(
+                    "{var} is set, but this setting is the config key `{key}` (or --set \
+                     {key}=...); unset {var}"
+                ));
+            }
+        }
+        let fusion = device.fusion.unwrap_or(true);
+        if !fusion && !cfg!(feature = "unfused") {
+            return Err(
+                "device.fusion = false: this binary was built without the `unfused` \
+                 feature (cargo build --release --features unfused), which compiles the model a \
+                 second time for the backend without fusion"
+                    .into(),
+            );
+        }
         Ok(Switches {
-            fusion: fusion(&var(FUSION_ENV))?,
-            direct_conv: conv(&var(CONV_ENV))?,
+            fusion,
+            direct_conv: device.convolution.unwrap_or_default() == Convolution::Direct,
             autotune: cfg!(feature = "autotune"),
         })
     }
@@ -59,29 +81,6 @@ impl Default for Switches {
     }
 }
 
-/// The value of `OOM_BISECT_FUSION`: unset, empty, `on` or `1` keep fusion (burn's default).
-fn fusion(value: &str) -> Result<bool, String> {
-    match value {
-        "" | "on" | "1" => Ok(true),
-        "off" | "0" if cfg!(feature = "unfused") => Ok(false),
-        "off" | "0" => Err(format!(
-            "{FUSION_ENV}={value}: this binary was built without the `unfused` feature (cargo build \
-             --release --features unfused), which compiles the model a second time for the backend \
-             without fusion"
-        )),
-        other => Err(format!("{FUSION_ENV}={other:?}: expected `on` or `off`")),
-    }
-}
-
-/// The value of `OOM_BISECT_CONV`: unset or `gemm` for implicit GEMM, `direct` for upstream's kernel.
-fn conv(value: &str) -> Result<bool, String> {
-    match value {
-        "" | "gemm" => Ok(false),
-        "direct" => Ok(true),
-        other => Err(format!("{CONV_ENV}={other:?}: expected `gemm` or `direct`")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,16 +89,19 @@ mod tests {
     /// feature, instead of failing in the trial.
     #[test]
     fn fusion_off_names_the_feature_it_needs() {
-        assert_eq!(fusion("on"), Ok(true));
-        match fusion("off") {
-            Ok(off) => assert!(cfg!(feature = "unfused") && !off),
+        let on = Switches::from_config(&DeviceConfig::default()).unwrap();
+        assert!(on.fusion && !on.direct_conv);
+        let off = DeviceConfig {
+            fusion: Some(false),
+            convolution: Some(Convolution::Direct),
+            ..DeviceConfig::default()
+        };
+        match Switches::from_config(&off) {
+            Ok(s) => assert!(cfg!(feature = "unfused") && !s.fusion && s.direct_conv),
             Err(e) => assert!(
                 !cfg!(feature = "unfused") && e.contains("--features unfused"),
                 "{e}"
             ),
         }
-        assert!(fusion("sideways")
-            .unwrap_err()
-            .contains("expected `on` or `off`"));
     }
 }

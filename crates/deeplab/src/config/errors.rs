@@ -94,6 +94,8 @@ pub const KEYS: &[(&str, &[&str])] = &[
             "memory_fraction",
             "gpu",
             "memory_model",
+            "fusion",
+            "convolution",
         ],
     ),
 ];

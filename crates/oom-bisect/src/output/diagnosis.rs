@@ -113,7 +113,7 @@ fn in_short(d: &Diagnosis, cx: &Context<'_>, split: Option<&Split<'_>>) -> Optio
              in {when}, after {}",
             top.part,
             split.share(top.bytes),
-            oom.stage.as_deref().unwrap_or("start")
+            oom.stage.as_ref().map_or("start", |s| s.name())
         )
     };
     let block = match &d.modules {
@@ -148,7 +148,7 @@ fn where_it_fails(d: &Diagnosis, cx: &Context<'_>, split: Option<&Split<'_>>) ->
             o.phase
                 .map(|p| format!(", {},", phase_words(p)))
                 .unwrap_or_default(),
-            o.stage.as_deref().unwrap_or("start"),
+            o.stage.as_ref().map_or("start", |s| s.name()),
             super::memory::oom_text(r),
             depth.unwrap_or_default()
         ));
@@ -206,11 +206,8 @@ fn what_fits(d: &Diagnosis) -> Vec<String> {
 /// For a fix that fits in memory although its numbers diverged: what that means and what users of
 /// the framework do about it.
 fn diverged(f: &FixResult) -> Option<String> {
-    let note = &f.measurement.note;
-    let how = note
-        .strip_prefix(crate::oracle::DIVERGED)?
-        .trim_start_matches(": ");
-    let remedy = match kinds::FixKind::of(&f.change) {
+    let how = f.measurement.diverged.as_deref()?;
+    let remedy = match kinds::FixKind::of(f.tag) {
         Some(kinds::FixKind::PureF16) => {
             " PyTorch users train in f16 with autocast and a GradScaler \
              (`train.precision = \"mixed-f16\"`), which keeps f32 master weights."
@@ -225,8 +222,16 @@ fn diverged(f: &FixResult) -> Option<String> {
 }
 
 /// `(last fit, first OOM)` labels of the axis of `kind`, when it has a boundary.
+/// The last phase that fits and the first that does not, where the phase axis has a boundary (its
+/// values are `Phase::ALL`, in order).
+pub fn phase_boundary(d: &Diagnosis) -> Option<(deeplab::Phase, deeplab::Phase)> {
+    let (fit, oom) = d.boundary(AxisKind::Phase.tag())?;
+    let phase = |i: usize| deeplab::Phase::ALL.get(i).copied();
+    Some((phase(fit.index)?, phase(oom.index)?))
+}
+
 fn boundary(d: &Diagnosis, kind: AxisKind) -> Option<(String, String)> {
-    d.boundary(kind.name())
+    d.boundary(kind.tag())
         .map(|(fit, oom)| (fit.label.clone(), oom.label.clone()))
 }
 
@@ -236,7 +241,7 @@ fn suspects(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
     let mut causes = vec![];
     let mut ruled_out = vec![];
     for a in &d.axes {
-        let Some(kind) = AxisKind::of(&a.axis) else {
+        let Some(kind) = AxisKind::of(a.tag) else {
             continue;
         };
         match &a.verdict {
@@ -257,9 +262,7 @@ fn suspects(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
             _ => {}
         }
     }
-    let phase = boundary(d, AxisKind::Phase)
-        .and_then(|(_, oom)| deeplab::Phase::ALL.into_iter().find(|p| p.name() == oom));
-    if let Some(phase) = phase {
+    if let Some((_, phase)) = phase_boundary(d) {
         causes.push(match phase {
             deeplab::Phase::Step => {
                 "the optimizer's state (forward and backward without an update fit)".to_string()
@@ -318,12 +321,17 @@ mod tests {
     use super::*;
     use oom_search::{Candidate, Measurement};
 
-    fn fix(change: &str, note: &str) -> FixResult {
+    fn fix(change: &str, diverged: Option<&str>) -> FixResult {
         let mut measurement = Measurement::new(Outcome::Fits);
         measurement.peak_bytes = Some(18 << 30);
-        measurement.note = note.into();
+        measurement.diverged = diverged.map(String::from);
         FixResult {
             change: change.into(),
+            tag: kinds::FixKind::ALL
+                .into_iter()
+                .find(|k| k.label() == change)
+                .unwrap()
+                .tag(),
             candidate: Candidate::original(),
             measurement,
         }
@@ -333,15 +341,15 @@ mod tests {
     /// and, for pure f16, what PyTorch users run instead.
     #[test]
     fn a_diverged_fit_says_what_diverged_and_what_users_do() {
-        let note = format!("{}: the loss was NaN in step 2", crate::oracle::DIVERGED);
-        let s = diverged(&fix("pure f16", &note)).unwrap();
+        let how = Some("the loss was NaN in step 2");
+        let s = diverged(&fix("pure f16", how)).unwrap();
         assert!(s.starts_with("pure f16 fits in memory"), "{s}");
         assert!(
             s.contains("(the loss was NaN in step 2)") && s.contains("mixed-f16"),
             "{s}"
         );
-        let s = diverged(&fix("pure bf16", &note)).unwrap();
+        let s = diverged(&fix("pure bf16", how)).unwrap();
         assert!(!s.contains("mixed-f16"), "{s}");
-        assert_eq!(diverged(&fix("pure f16", "")), None);
+        assert_eq!(diverged(&fix("pure f16", None)), None);
     }
 }

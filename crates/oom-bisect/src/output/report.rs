@@ -246,7 +246,7 @@ fn boundaries(d: &Diagnosis, cx: &Context<'_>) -> String {
         for a in &d.axes {
             s += &format!("{}\n", boundary_row(a, cx));
         }
-        if let Some((fit, oom)) = d.boundary(AxisKind::Depth.name()) {
+        if let Some((fit, oom)) = d.boundary(AxisKind::Depth.tag()) {
             s += &format!(
                 "\nWhere memory crosses the ceiling: the model still fits truncated after {} ({}), and runs out \
                  of memory once {} is included.\n",
@@ -255,10 +255,12 @@ fn boundaries(d: &Diagnosis, cx: &Context<'_>) -> String {
                 oom.label
             );
         }
-        if let Some((fit, oom)) = d.boundary(AxisKind::Phase.name()) {
-            let why = match oom.label.as_str() {
-                "backward" => "the tensors saved for backward and the gradients",
-                "step" => "the optimizer state",
+        if let Some((fit, oom)) = d.boundary(AxisKind::Phase.tag()) {
+            let why = match super::diagnosis::phase_boundary(d).map(|(_, oom)| oom) {
+                Some(deeplab::Phase::Backward) => {
+                    "the tensors saved for backward and the gradients"
+                }
+                Some(deeplab::Phase::Step) => "the optimizer state",
                 _ => "the forward pass",
             };
             s += &format!(
@@ -574,6 +576,7 @@ mod tests {
         };
         let search = |last_fit, first_oom| AxisSearch {
             axis: "batch".into(),
+            tag: crate::kinds::AxisKind::Batch.tag(),
             verdict: AxisVerdict::Boundary {
                 last_fit: probe("2", Outcome::Fits),
                 first_oom: probe("3", Outcome::Oom),

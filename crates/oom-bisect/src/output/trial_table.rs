@@ -140,7 +140,7 @@ fn ending(r: &TrialReport) -> String {
             "OUT OF MEMORY in step {} during {} after {}{}{}\n  {}\n",
             o.step.unwrap_or(0) + 1,
             o.phase.map(|p| p.name()).unwrap_or("setup"),
-            o.stage.as_deref().unwrap_or("start"),
+            o.stage.as_ref().map_or("start", |s| s.name()),
             o.in_use_bytes
                 .map(|b| format!(", with {} in use", fmt_bytes(b)))
                 .unwrap_or_default(),

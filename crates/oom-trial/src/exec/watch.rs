@@ -4,9 +4,9 @@
 //! other trials on the card do not count) and vouches for the run only when they kept to the
 //! ceiling.
 
-use crate::fmt_bytes;
 use crate::nvml::Gpu;
 use crate::protocol::Ceiling;
+use crate::units::fmt_bytes;
 use anyhow::{bail, Result};
 
 pub struct Watch {

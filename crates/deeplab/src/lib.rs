@@ -11,6 +11,7 @@ pub mod estimate;
 pub mod model;
 mod primitive;
 pub mod pytorch;
+pub mod resize;
 pub mod scaler;
 pub mod train;
 

@@ -371,7 +371,10 @@ fn report_run(run: &BisectRun) -> Result<i32> {
         written.push(write_file(&m.path, &m.text));
     }
     if let Some(j) = &st.json {
-        let v = output::stamped(report::json(d, &cx), w.config.device.memory_model());
+        let v = output::stamped(
+            output::report_json::json(d, &cx),
+            w.config.device.memory_model(),
+        );
         written.push(write_file(
             j,
             &serde_json::to_string_pretty(&v).expect("json"),

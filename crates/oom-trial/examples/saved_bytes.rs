@@ -13,8 +13,8 @@ use burn::prelude::*;
 use burn::tensor::activation::relu;
 use burn::tensor::Distribution;
 use deeplab::blocks::{Norm, NormKind};
-use deeplab::model::resize;
 use deeplab::pytorch::dropout;
+use deeplab::resize::resize;
 use deeplab::MemoryModel;
 
 #[global_allocator]

@@ -126,8 +126,9 @@ pub fn pretend_to_train() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outcome::{assemble, ChildExit, TrialOutcome, TrialReport};
+    use crate::outcome::assemble;
     use crate::protocol::{BackendKind, Ceiling, Engine, Request};
+    use crate::trial_report::{ChildExit, TrialOutcome, TrialReport};
 
     fn request(ceiling: Ceiling) -> Request {
         let mut c = deeplab::Config::example();

@@ -24,10 +24,9 @@ pub mod runner;
 pub mod served;
 pub mod switches;
 pub mod sync;
+pub mod trial_report;
 
-pub use outcome::{
-    assemble, ChildExit, OomInfo, StageMemory, StepRecord, TrialOutcome, TrialReport,
-};
+pub use outcome::assemble;
 pub use pool::{Finished, Pool, Worker};
 pub use protocol::{
     BackendKind, Ceiling, CeilingBy, ChildEvent, Engine, Fault, Request, SUBCOMMAND,
@@ -38,6 +37,7 @@ pub use runner::{
 };
 pub use served::ServedRunner;
 pub use switches::Switches;
+pub use trial_report::{ChildExit, OomInfo, StageMemory, StepRecord, TrialOutcome, TrialReport};
 
 mod device;
 mod shell;

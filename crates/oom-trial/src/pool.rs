@@ -11,9 +11,9 @@
 //! guess, and the search's next request (the critical path) would wait behind it. With one worker,
 //! nothing is ever started ahead: one job behaves exactly as a sequential search.
 
-use crate::outcome::TrialReport;
 use crate::protocol::Request;
 use crate::runner::TrialRunner;
+use crate::trial_report::TrialReport;
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -412,7 +412,8 @@ fn work<K: Clone + Eq + Hash>(shared: &Shared<K>, me: usize, runner: &dyn TrialR
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outcome::{assemble, ChildExit};
+    use crate::outcome::assemble;
+    use crate::trial_report::ChildExit;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 

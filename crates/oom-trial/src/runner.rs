@@ -10,8 +10,9 @@
 //! path of a real trial (spawn, protocol, classification), without training.
 
 use crate::lines::{Drain, MAX_LINE};
-use crate::outcome::{assemble, ChildExit, TrialReport};
+use crate::outcome::assemble;
 use crate::protocol::{ChildEvent, Engine, Request, SUBCOMMAND};
+use crate::trial_report::{ChildExit, TrialReport};
 use std::io::Write;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;

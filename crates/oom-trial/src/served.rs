@@ -29,12 +29,13 @@
 //! profiled).
 
 use crate::lines::{read_lines, Drain, MAX_LINE};
-use crate::outcome::{assemble, ChildExit, TrialReport};
+use crate::outcome::assemble;
 use crate::protocol::{BackendKind, Ceiling, ChildEvent, Request};
 use crate::runner::{
     parse_event, unregister_group, ProcessRunner, TrialRunner, EVENT_LINE, STDERR_TAIL,
 };
 use crate::sync::lock;
+use crate::trial_report::{ChildExit, TrialReport};
 use std::io::Write;
 use std::process::{Child, ChildStdin};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};

@@ -11,6 +11,7 @@ pub mod inspect;
 pub mod memory;
 pub mod progress;
 pub mod report;
+pub mod report_json;
 pub mod trial_table;
 
 use deeplab::{Config, Optimizer};

@@ -1,13 +1,12 @@
-//! The diagnosis as a user reads it (stdout) and as JSON (`--json`). Verdict first, then the
+//! The diagnosis as a user reads it (stdout; the JSON is `report_json.rs`). Verdict first, then the
 //! boundaries with measured peaks on both sides, where memory crosses the ceiling, the modules, the
 //! fixes that fit, the minimal failing configuration, and the line that reproduces it.
 
 use super::context::Context;
 use super::memory;
 use crate::kinds::AxisKind;
-use oom_search::{AxisSearch, AxisVerdict, Diagnosis, Minimal, ModulesVerdict, Outcome, Probe};
+use oom_search::{AxisSearch, AxisVerdict, Diagnosis, ModulesVerdict, Outcome, Probe};
 use oom_trial::fmt_bytes;
-use serde_json::{json, Value};
 
 /// A probe's figure: what it needs where its run was replayed, the peak of a fit, what was in use
 /// when one ran out of memory on the device.
@@ -414,150 +413,6 @@ fn footer(d: &Diagnosis, cx: &Context<'_>) -> String {
         s += &format!("Reproduce with: {r}\n");
     }
     s
-}
-
-fn probe_json(p: &Probe) -> Value {
-    json!({
-        "value": p.label,
-        "candidate": p.candidate.to_sets(),
-        "outcome": p.measurement.outcome,
-        // An out-of-memory's figure is what it tried to hold (in use + the failed request); the
-        // highest reading before the failure stays beside it.
-        "peak_bytes": match p.measurement.outcome {
-            Outcome::Oom => p.measurement.failed_at_bytes.or(p.measurement.peak_bytes),
-            _ => p.measurement.peak_bytes,
-        },
-        "peak_before_failure_bytes": (p.measurement.outcome == Outcome::Oom)
-            .then_some(p.measurement.peak_bytes)
-            .flatten(),
-        "failed_at_bytes": p.measurement.failed_at_bytes,
-        "need_bytes": p.measurement.need_bytes,
-    })
-}
-
-/// One axis search as JSON.
-fn boundary_json(d: &Diagnosis, a: &AxisSearch) -> Value {
-    let (kind, last_fit, first_oom, message) = match &a.verdict {
-        AxisVerdict::Boundary {
-            last_fit,
-            first_oom,
-            ..
-        } => ("boundary", Some(last_fit), Some(first_oom), None),
-        AxisVerdict::NotTheCause { message, lowest } => {
-            ("not_the_cause", None, Some(lowest), Some(message))
-        }
-        AxisVerdict::AllFit { message, highest } => ("all_fit", Some(highest), None, Some(message)),
-        AxisVerdict::Inconclusive {
-            message, lo, hi, ..
-        } => ("inconclusive", lo.as_ref(), hi.as_ref(), Some(message)),
-        AxisVerdict::Unstable {
-            message,
-            last_fit,
-            first_oom,
-        } => ("unstable", Some(last_fit), Some(first_oom), Some(message)),
-    };
-    json!({
-        "axis": a.axis,
-        "kind": kind,
-        "capacity": d.capacity.contains(a),
-        "last_fit": last_fit.map(probe_json),
-        "first_oom": first_oom.map(probe_json),
-        "message": message,
-        "trials": a.trials,
-        "confirmations": a.confirmations,
-        "reruns": {"last_fit": a.reruns.last_fit, "first_oom": a.reruns.first_oom},
-        "plain_bisection_trials": a.plain_bisection,
-    })
-}
-
-fn minimal_json(m: &Minimal, cx: &Context<'_>) -> Value {
-    json!({
-        "candidate": m.candidate.to_sets(),
-        "config": cx.minimal_config,
-        "file": cx.minimal_path,
-        "outcome": m.measurement.outcome,
-        "one_minimal": m.one_minimal,
-        "neighbours": m.neighbours.iter().map(|n| json!({
-            "change": n.change,
-            "candidate": n.candidate.to_sets(),
-            "outcome": n.measurement.outcome,
-            "peak_bytes": n.measurement.peak_bytes,
-            "need_bytes": n.measurement.need_bytes,
-        })).collect::<Vec<_>>(),
-    })
-}
-
-pub fn json(d: &Diagnosis, cx: &Context<'_>) -> Value {
-    let boundaries: Vec<Value> = d
-        .axes
-        .iter()
-        .chain(d.capacity.iter())
-        .map(|a| boundary_json(d, a))
-        .collect();
-    json!({
-        "original": {
-            "outcome": d.original.outcome,
-            "peak_bytes": d.original.peak_bytes,
-            "note": d.original.note,
-            "oom": cx.original_report().and_then(|r| r.oom.clone()),
-            "stages": cx.original_report().map(|r| r.stages.clone()),
-            // The original's own replayed need, else measured without the ceiling; null when not
-            // measured or when even that ran out.
-            "needed_bytes": d.original.need_bytes.or_else(|| d.need.as_ref().and_then(|m| match m.outcome {
-                Outcome::Fits => m.need_bytes.or(m.peak_bytes),
-                _ => None,
-            })),
-            "need": d.need,
-            "breakdown": cx.breakdown(),
-        },
-        "ceiling_bytes": cx.ceiling,
-        "backend": cx.backend,
-        "memory_model": cx.memory_model.name(),
-        "steps_per_trial": cx.steps,
-        "one_step_below": cx.config.one_step_below(),
-        "notes": cx.notes,
-        "estimate": cx.estimate,
-        // The flag's former name, kept for scripts that read it.
-        "fake_trials": cx.estimate,
-        "exec": cx.exec,
-        "boundaries": boundaries,
-        "modules": {
-            "verdict": d.modules,
-            // The smallest set measured to fit, as module ids; empty when none fits.
-            "culprits": match &d.modules {
-                Some(ModulesVerdict::Culprits { candidate, .. }) => swapped_ids(candidate, cx),
-                _ => vec![],
-            },
-            "costs": d.module_costs.iter().map(|c| json!({
-                "item": c.label,
-                "ids": c.ids,
-                "outcome": c.measurement.outcome,
-                "peak_bytes": c.measurement.peak_bytes,
-            })).collect::<Vec<_>>(),
-        },
-        "fixes": d.fixes.iter().map(|f| json!({
-            "change": f.change,
-            "candidate": f.candidate.to_sets(),
-            "outcome": f.measurement.outcome,
-            "peak_bytes": f.measurement.peak_bytes,
-        })).collect::<Vec<_>>(),
-        "minimal_failing": d.minimal_failing.as_ref().map(|m| minimal_json(m, cx)),
-        "trials": {
-            "count": d.trials.len(),
-            "resumed_from_journal": cx.resumed,
-            "budget_exhausted": d.budget_exhausted,
-            "list": d.trials,
-        },
-        "wall_seconds": cx.wall_seconds,
-        "reproduce": cx.reproduce,
-    })
-}
-
-/// The module ids a candidate swaps for identity (its `model.identity` list).
-fn swapped_ids(c: &oom_search::Candidate, cx: &Context<'_>) -> Vec<String> {
-    crate::candidate::resolve(cx.config, c)
-        .map(|(config, _)| config.model.identity)
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -1,0 +1,358 @@
+//! Predicted probes: lines through measured peaks and needs, overshoots, and what is started ahead.
+
+mod common;
+
+use common::*;
+use oom_search::*;
+
+/// The forum scenario's size axis as the H200 measured it (R101 OS8 batch 4, 24 GiB ceiling;
+/// a journal of the forum's size axis): live tensors about 0.6 GiB + 7e-5 GiB per pixel, the device
+/// peak about 1.2 × that + 1.1 GiB (context and pool pages). 512² fits (23.8 GiB), 544² does not.
+struct PagedDevice;
+
+impl Oracle for PagedDevice {
+    fn run(&mut self, c: &Candidate, _: u32) -> Measurement {
+        let side: f64 = c
+            .get("data.size")
+            .map(|v| {
+                v.trim_matches(['[', ']'])
+                    .split(',')
+                    .next()
+                    .unwrap()
+                    .trim()
+                    .parse()
+                    .unwrap()
+            })
+            .unwrap_or(1024.0);
+        let live = 0.6 + 7.0e-5 * side * side;
+        under_24_gib(1.2 * live + 1.1, live, 0.443)
+    }
+}
+
+/// Searches `axis` between `lo` and `hi` with predictions under 24 GiB after the original; returns
+/// the values probed, in order (the original as `original`), and the verdict.
+fn probed_search(
+    o: &mut dyn Oracle,
+    axis: &Axis,
+    lo: usize,
+    hi: usize,
+) -> (Vec<String>, AxisSearch) {
+    probed_search_with(o, axis, lo, hi, &opts(24 << 30, true, 0))
+}
+
+/// [`probed_search`] with the given options.
+fn probed_search_with(
+    o: &mut dyn Oracle,
+    axis: &Axis,
+    lo: usize,
+    hi: usize,
+    options: &AxisOptions,
+) -> (Vec<String>, AxisSearch) {
+    let mut probed: Vec<String> = vec![];
+    let mut ev = |e: &Event| {
+        if let Event::TrialStarted { candidate, .. } = e {
+            probed.push(candidate.get(&axis.key).unwrap_or("original").to_string());
+        }
+    };
+    let clock = TestClock::default();
+    let mut s = searcher(o, &mut ev, &clock);
+    s.measure(&Candidate::original(), Purpose::Original);
+    let r = bisect_axis(&mut s, axis, &Candidate::original(), lo, hi, options);
+    (probed, r)
+}
+
+#[test]
+fn prediction_uses_live_tensors_where_device_peaks_are_paged() {
+    let a = Axis {
+        tag: Tag::default(),
+        name: "size".into(),
+        noun: "input size".into(),
+        fix: None,
+        key: "data.size".into(),
+        values: (1..=32)
+            .map(|k| AxisValue {
+                value: format!("[{}, {}]", 32 * k, 32 * k),
+                label: format!("{0}×{0}", 32 * k),
+                x: Some((32.0 * k as f64).powi(2)),
+            })
+            .collect(),
+        original: 31,
+        fine: vec![],
+    };
+    let (probed, r) = probed_search(&mut PagedDevice, &a, 0, 31);
+    match &r.verdict {
+        AxisVerdict::Boundary {
+            last_fit,
+            first_oom,
+            ..
+        } => {
+            assert_eq!(
+                (last_fit.label.as_str(), first_oom.label.as_str()),
+                ("512×512", "544×544")
+            );
+        }
+        v => panic!("{v:?}"),
+    }
+    // The H200 run took 8 trials here (32², then 128², 160², 576², 352², 448², 512², 544²), predicting
+    // from device peaks; the previous predictor on this oracle probes exactly that sequence. From
+    // live tensors, predicting again after a fit far below the ceiling: 32², 288², 544², 512².
+    assert!(r.trials <= 5, "{} trials: {probed:?}", r.trials);
+}
+
+/// A capacity search as the H200 measured it (R50 OS16 512²): the device holds
+/// more beside the live tensors the larger the batch (`slack` GiB a sample), so a line through the
+/// original's live tensors (0.3 GiB + 0.6 GiB a sample) overshoots the boundary by a few batches.
+struct GrowingSlack {
+    slack: f64,
+}
+
+impl Oracle for GrowingSlack {
+    fn run(&mut self, c: &Candidate, _: u32) -> Measurement {
+        let b: f64 = c.get("data.batch").map_or(4.0, |v| v.parse().unwrap());
+        let live = 0.3 + 0.6 * b;
+        under_24_gib(live + 0.5 + self.slack * b, live, 0.3)
+    }
+}
+
+/// The batches a capacity search probes from batch 4 (the original) on an axis of 1..=64, and its
+/// verdict.
+fn capacity_probes(slack: f64) -> (Vec<String>, AxisSearch) {
+    let a = Axis {
+        tag: Tag::default(),
+        original: 3,
+        ..axis("batch", "data.batch", 64)
+    };
+    probed_search(&mut GrowingSlack { slack }, &a, 3, 63)
+}
+
+#[test]
+fn an_overshooting_prediction_gallops_back_instead_of_bisecting_the_axis() {
+    // 0.04 GiB a sample: the line predicts 38, batch 36 fits and 37 does not. The top end, the
+    // prediction and its neighbour (both out of memory), then 35 (two below: fits), then 36.
+    // Bisecting [4, 37] after the neighbour took eight trials in all.
+    let (probed, r) = capacity_probes(0.04);
+    check(64, 36, &r, false);
+    assert_eq!(probed, ["original", "64", "38", "37", "35", "36"], "{r:?}");
+    // 0.1 GiB a sample (the H200 probed 38, 37, 35, 31, 32, 34, 33): 33 fits, 34 does not. The gallop
+    // goes 37, 35, 31 (fits); plain bisection halves [31, 35] from there.
+    let (probed, r) = capacity_probes(0.1);
+    check(64, 33, &r, false);
+    assert_eq!(
+        probed,
+        ["original", "64", "38", "37", "35", "31", "33", "34"],
+        "{r:?}"
+    );
+}
+
+/// Trials replayed through the caching allocator say their need on both sides of the ceiling:
+/// needs rise by about 0.4 GiB a size step, with a pool's worth of noise; the prediction through the
+/// pair that brackets the ceiling lands on the boundary.
+struct Replayed;
+
+impl Oracle for Replayed {
+    fn run(&mut self, c: &Candidate, _: u32) -> Measurement {
+        let side: u64 = c
+            .get("data.size")
+            .map(|v| {
+                v.trim_matches(['[', ']'])
+                    .split(',')
+                    .next()
+                    .unwrap()
+                    .trim()
+                    .parse()
+                    .unwrap()
+            })
+            .unwrap_or(1024);
+        let need =
+            0.6 + 2.4e-5 * (side * side) as f64 + [0.0, 0.3, 0.1, 0.25][(side / 8 % 4) as usize];
+        let mut m = Measurement::new(if need <= 24.0 {
+            Outcome::Fits
+        } else {
+            Outcome::Oom
+        });
+        m.need_bytes = Some((need * (1u64 << 30) as f64) as u64);
+        m
+    }
+}
+
+#[test]
+fn needs_on_both_sides_of_the_ceiling_find_the_boundary_in_few_probes() {
+    let a = Axis {
+        tag: Tag::default(),
+        name: "size".into(),
+        noun: "input size".into(),
+        fix: None,
+        key: "data.size".into(),
+        values: (0..=64)
+            .map(|k| {
+                let side = 512 + 8 * k;
+                AxisValue {
+                    value: format!("[{side}, {side}]"),
+                    label: format!("{side}×{side}"),
+                    x: Some((side as f64).powi(2)),
+                }
+            })
+            .collect(),
+        original: 64,
+        fine: vec![],
+    };
+    let (probed, r) = probed_search(&mut Replayed, &a, 0, 64);
+    match &r.verdict {
+        AxisVerdict::Boundary {
+            last_fit,
+            first_oom,
+            ..
+        } => {
+            let need = |p: &Probe| p.measurement.need_bytes.unwrap() as f64 / (1u64 << 30) as f64;
+            assert!(need(last_fit) <= 24.0 && need(first_oom) > 24.0, "{r:?}");
+        }
+        v => panic!("{v:?}"),
+    }
+    // The original (the top), the bottom, then the predicted pair.
+    assert!(probed.len() <= 4, "{probed:?}");
+}
+
+/// [`GrowingSlack`] that also writes down, in order, what it runs and what it is told to start
+/// ahead (`sure` or `guess`, the batches).
+struct Told {
+    inner: GrowingSlack,
+    log: Vec<String>,
+    /// Batches whose first run has finished ahead (`Oracle::ready`).
+    ready: Vec<&'static str>,
+}
+
+impl Oracle for Told {
+    fn run(&mut self, c: &Candidate, attempt: u32) -> Measurement {
+        let b = c.get("data.batch").unwrap_or("original");
+        self.log.push(format!("run {b}"));
+        self.inner.run(c, attempt)
+    }
+
+    fn prefetch(&mut self, asks: &[(Candidate, u32)], sure: bool) {
+        let batches: Vec<&str> = asks
+            .iter()
+            .filter_map(|(c, _)| c.get("data.batch"))
+            .collect();
+        let kind = if sure { "sure" } else { "guess" };
+        self.log.push(format!("{kind} {}", batches.join(" ")));
+    }
+
+    fn ready(&self, c: &Candidate, attempt: u32) -> bool {
+        attempt == 0 && self.ready.iter().any(|b| c.get("data.batch") == Some(*b))
+    }
+}
+
+/// The capacity search of [`capacity_probes`] at 0.04 GiB a sample (probes original, 64, 38, 37,
+/// 35, 36) against a [`Told`] whose `ready` batches finished ahead; returns its log.
+fn told_capacity(ready: Vec<&'static str>) -> Vec<String> {
+    let a = Axis {
+        tag: Tag::default(),
+        original: 3,
+        ..axis("batch", "data.batch", 64)
+    };
+    let mut o = Told {
+        inner: GrowingSlack { slack: 0.04 },
+        log: vec![],
+        ready,
+    };
+    let (probed, _) = probed_search(&mut o, &a, 3, 63);
+    assert_eq!(probed, ["original", "64", "38", "37", "35", "36"]);
+    o.log
+}
+
+/// A capacity search starts its first predicted probe beside the top of the axis, not after it:
+/// where the original fits, the prediction needs nothing but the top's running out of memory.
+#[test]
+fn the_first_prediction_starts_beside_the_top() {
+    let log = told_capacity(vec![]);
+    let top = log.iter().position(|l| l == "run 64").unwrap();
+    let before: Vec<&str> = log[..top].iter().map(String::as_str).collect();
+    // The prediction (38) is sure; its neighbours (39 if it fits, 37 if not) are guesses.
+    assert_eq!(before[1..], ["sure 38", "guess 39 37"], "{log:?}");
+}
+
+/// A probe whose result is already there (finished ahead) answers at once: nothing is guessed for
+/// it, since the step after it guesses anew and what was guessed would only take slots.
+#[test]
+fn nothing_is_guessed_for_a_probe_that_finished_ahead() {
+    let log = told_capacity(vec!["38"]);
+    let from = log.iter().position(|l| l == "run 64").unwrap();
+    let to = log.iter().position(|l| l == "run 38").unwrap();
+    assert_eq!(log[from + 1..to], [] as [String; 0], "{log:?}");
+    // Its neighbour, not ready, has its guesses.
+    assert!(log[to + 1].starts_with("guess"), "{log:?}");
+}
+
+/// What a search asks for ahead (sure) and what it runs, each with its attempt number.
+struct Attempts {
+    inner: GrowingSlack,
+    ahead: Vec<(String, u32)>,
+    ran: Vec<(String, u32)>,
+}
+
+impl Oracle for Attempts {
+    fn run(&mut self, c: &Candidate, attempt: u32) -> Measurement {
+        let b = c.get("data.batch").unwrap_or("original").to_string();
+        self.ran.push((b, attempt));
+        self.inner.run(c, attempt)
+    }
+
+    fn prefetch(&mut self, asks: &[(Candidate, u32)], sure: bool) {
+        for (c, a) in asks.iter().filter(|_| sure) {
+            self.ahead
+                .push((c.get("data.batch").unwrap_or("original").to_string(), *a));
+        }
+    }
+}
+
+/// A probe next to an end of the interval may close it: the confirmation's re-runs of the pair it
+/// would close start beside it, under the attempt numbers the confirmation then asks for, so that
+/// the last round is the probe and the re-runs at once instead of the probe, then the re-runs.
+#[test]
+fn the_confirmation_starts_beside_a_probe_that_may_close_the_interval() {
+    // 0.04 GiB a sample: 64, 38 and 37 run out of memory, 35 fits, then 36 (fits) closes it.
+    let a = Axis {
+        tag: Tag::default(),
+        original: 3,
+        ..axis("batch", "data.batch", 64)
+    };
+    let mut o = Attempts {
+        inner: GrowingSlack { slack: 0.04 },
+        ahead: vec![],
+        ran: vec![],
+    };
+    let mut ev = |_: &Event| {};
+    let clock = TestClock::default();
+    let mut s = searcher(&mut o, &mut ev, &clock);
+    s.measure(&Candidate::original(), Purpose::Original);
+    let r = bisect_axis(
+        &mut s,
+        &a,
+        &Candidate::original(),
+        3,
+        63,
+        &opts(24 << 30, true, 1),
+    );
+    check(64, 36, &r, false);
+    assert!(matches!(
+        r.verdict,
+        AxisVerdict::Boundary {
+            confirmed: true,
+            ..
+        }
+    ));
+    let pair = |b: &str, n: u32| (b.to_string(), n);
+    // Asked for before 36 first ran: the re-runs of 35, 36 (after its first run) and 37.
+    let ahead_of_36 = o.ahead.iter().position(|x| *x == pair("36", 1));
+    assert!(ahead_of_36.is_some(), "{:?}", o.ahead);
+    for b in ["35", "37"] {
+        assert!(o.ahead.contains(&pair(b, 1)), "{:?}", o.ahead);
+    }
+    // The confirmation re-ran 36 and 37 under those numbers, and nothing ran a third time.
+    assert!(
+        o.ran.contains(&pair("36", 1)) && o.ran.contains(&pair("37", 1)),
+        "{:?}",
+        o.ran
+    );
+    assert!(o.ran.iter().all(|(_, n)| *n <= 1), "{:?}", o.ran);
+}

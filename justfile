@@ -16,6 +16,7 @@ test:
 
 # Formatting and lints, as CI checks them.
 lint:
+    python3 tools/architecture.py
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
 

@@ -1152,3 +1152,47 @@ fn a_bad_timing_switch_is_refused_by_name() {
         assert!(text(&o).contains("on, off"), "{var}: {}", text(&o));
     }
 }
+
+/// Every environment variable the code reads (`env::var`, `var_os`, a clap `env =`, a `*_ENV`
+/// constant) is in the guide's table of settings, so that no setting hides in the environment.
+#[test]
+fn every_environment_variable_read_is_in_the_guide() {
+    let guide = std::fs::read_to_string(root().join("docs/guide.md")).unwrap();
+    let mut files = vec![root().join("crates")];
+    let mut missing = vec![];
+    while let Some(p) = files.pop() {
+        if p.is_dir() {
+            files.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+            continue;
+        }
+        if p.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).unwrap();
+        for var in env_names(&text) {
+            if !guide.contains(&format!("`{var}`")) {
+                missing.push(format!("{var} ({})", p.display()));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "not in docs/guide.md: {missing:?}");
+}
+
+/// The names of environment variables `text` reads or declares.
+fn env_names(text: &str) -> Vec<String> {
+    let mut out = vec![];
+    for (i, _) in text.match_indices('"') {
+        let before = &text[..i];
+        let reads = ["env::var(", "var_os(", "env = ", "_ENV: &str = "]
+            .iter()
+            .any(|w| before.ends_with(w));
+        let name: String = text[i + 1..]
+            .chars()
+            .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+            .collect();
+        if reads && name.len() > 2 && text[i + 1 + name.len()..].starts_with('"') {
+            out.push(name);
+        }
+    }
+    out
+}

@@ -610,7 +610,7 @@ fn fake_bench_prints_the_report_writes_json_and_confirms_three_times() {
     let t = text(&o);
     for w in [
         "Verdict:",
-        "confirmed 3/3",
+        "+4 repeated)",
         "bench:",
         "per trial",
         "plain bisection",

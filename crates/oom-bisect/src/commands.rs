@@ -471,7 +471,8 @@ pub fn trial(args: &TrialArgs) -> Result<i32> {
         true => oom_trial::ServedRunner::new(runner(&device), None).run(&req),
         false => runner(&device).run(&req),
     };
-    show!("{}", output::trial_table::trial_table(&r));
+    let estimate = device.engine == oom_trial::Engine::Estimate;
+    show!("{}", output::trial_table::trial_table(&r, estimate));
     if let Some(j) = &args.json {
         let v = serde_json::to_value(&r).expect("a trial report serialises");
         let v = output::stamped(v, w.config.device.memory_model());

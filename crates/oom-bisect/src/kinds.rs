@@ -102,6 +102,19 @@ impl AxisKind {
         }
     }
 
+    /// How far the estimate's boundary on this axis was from the one measured on an H200 (the
+    /// table of docs/estimate.md: the forum scenario and the capacity question): the measured
+    /// boundary lies at or below the estimate's, by this much.
+    pub fn estimate_error(self) -> Option<&'static str> {
+        match self {
+            AxisKind::Batch => Some("measured on an H200: 16-33% lower"),
+            AxisKind::Size => Some("measured on an H200: about 4% lower"),
+            AxisKind::Stride => Some("measured on an H200: the same"),
+            AxisKind::Depth => Some("measured on an H200: one block earlier"),
+            AxisKind::Phase => None,
+        }
+    }
+
     /// The fix its capacity search answers ("largest batch that fits"), where it has one.
     pub fn fix(self) -> Option<&'static str> {
         match self {

@@ -30,8 +30,13 @@ fn boundary_row(a: &AxisSearch, cx: &Context<'_>) -> String {
         true => format!("; plain bisection {}", a.plain_bisection),
         false => String::new(),
     };
+    // The estimate is no measurement: its answers repeat by construction, so nothing is confirmed.
+    let (trials, again) = match cx.estimate {
+        true => ("estimates", "repeated"),
+        false => ("trials", "confirm"),
+    };
     let trials = format!(
-        "{} (+{} confirm{plain})",
+        "{trials} {} (+{} {again}{plain})",
         a.trials - a.confirmations,
         a.confirmations
     );
@@ -41,11 +46,16 @@ fn boundary_row(a: &AxisSearch, cx: &Context<'_>) -> String {
             first_oom,
             confirmed,
         } => format!(
-            "  {:<7} last fit {:<22} first OOM {:<34} trials {trials}{}",
+            "  {:<7} last fit {:<22} first OOM {:<34} {trials}{}",
             a.axis,
             format!("{} ({})", last_fit.label, peak(last_fit, cx)),
             format!("{} ({})", first_oom.label, peak(first_oom, cx)),
-            if *confirmed {
+            if cx.estimate {
+                AxisKind::of(a.tag)
+                    .and_then(AxisKind::estimate_error)
+                    .map(|e| format!(" ({e})"))
+                    .unwrap_or_default()
+            } else if *confirmed {
                 confirmed_runs(a, last_fit, first_oom)
             } else if a.confirmations > 0 {
                 ", unconfirmed (the budget ran out before the re-runs)".to_string()
@@ -80,7 +90,7 @@ pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
     s += &where_the_memory_is(cx);
     s += &boundaries(d, cx);
     s += &modules(d);
-    s += &fixes(d);
+    s += &fixes(d, cx);
     s += &minimal(d, cx);
     s += &footer(d, cx);
     s
@@ -340,11 +350,12 @@ fn module_costs(d: &Diagnosis) -> String {
     s
 }
 
-fn fixes(d: &Diagnosis) -> String {
+fn fixes(d: &Diagnosis, cx: &Context<'_>) -> String {
     if d.fixes.is_empty() {
         return String::new();
     }
-    let mut s = "\nFixes, each measured on its own:\n".to_string();
+    let how = if cx.estimate { "estimated" } else { "measured" };
+    let mut s = format!("\nFixes, each {how} on its own:\n");
     let mut fixes: Vec<_> = d.fixes.iter().collect();
     fixes.sort_by_key(|f| match f.measurement.outcome {
         Outcome::Fits => 0,
@@ -391,8 +402,9 @@ fn minimal(d: &Diagnosis, cx: &Context<'_>) -> String {
 
 fn footer(d: &Diagnosis, cx: &Context<'_>) -> String {
     let mut s = format!(
-        "\nTrials: {} run{} in {:.0} s{}.{}\n",
+        "\nTrials: {} {}{} in {:.0} s{}.{}\n",
         d.trials.len(),
+        if cx.estimate { "estimated" } else { "run" },
         if cx.resumed > 0 {
             format!(" ({} answered from the journal)", cx.resumed)
         } else {

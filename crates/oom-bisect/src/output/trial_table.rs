@@ -4,10 +4,15 @@
 
 use oom_trial::{fmt_bytes, TrialReport};
 
-pub fn trial_table(r: &TrialReport) -> String {
+/// `estimate`: the report is the model's estimate (`--estimate`), not a run: no step ran, nothing
+/// was trained, no time was taken.
+pub fn trial_table(r: &TrialReport, estimate: bool) -> String {
     let mut s = summary(r);
     s += &stages(r);
-    s += &steps(r);
+    s += &match estimate {
+        true => estimated_steps(r),
+        false => steps(r),
+    };
     s += &ending(r);
     s
 }
@@ -88,6 +93,20 @@ fn steps(r: &TrialReport) -> String {
         );
     }
     s
+}
+
+/// The estimate's step: what it holds after it; it has no loss and took no time.
+fn estimated_steps(r: &TrialReport) -> String {
+    r.steps
+        .iter()
+        .map(|st| {
+            format!(
+                "\nestimated: {} held after step {} (no model ran: no loss, no time)\n",
+                fmt_bytes(st.in_use_after_bytes),
+                st.step + 1
+            )
+        })
+        .collect()
 }
 
 /// Where the device and the replay of its stream disagree, and where several device streams were

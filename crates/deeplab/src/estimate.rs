@@ -168,6 +168,8 @@ impl Architecture {
         let [h, w] = self.input;
         let pixels = (self.batch * h * w) as u64;
         let (states, optimizer_state_is) = match config.train.optimizer {
+            // PyTorch's SGD keeps a momentum buffer only with momentum; so does the trainer.
+            Optimizer::Sgd if config.train.momentum == 0.0 => (0, "plain SGD keeps no state"),
             Optimizer::Sgd => (1, "SGD momentum, one value per parameter"),
             Optimizer::Adamw => (2, "AdamW moments, two values per parameter"),
         };

@@ -144,11 +144,13 @@ impl<B: AutodiffBackend + PytorchOps> Trainer<B> {
         let optim = match t.optimizer {
             Optimizer::Sgd => Optim::Sgd(
                 SgdConfig::new()
-                    .with_momentum(Some(
+                    // Without momentum no buffer, as PyTorch's SGD (burn's momentum of 0 would
+                    // still keep one per parameter).
+                    .with_momentum((t.momentum > 0.0).then(|| {
                         MomentumConfig::new()
                             .with_momentum(t.momentum)
-                            .with_dampening(0.0),
-                    ))
+                            .with_dampening(0.0)
+                    }))
                     .with_weight_decay(
                         (t.weight_decay > 0.0)
                             .then(|| WeightDecayConfig::new(t.weight_decay as f32)),

@@ -167,13 +167,15 @@ pub enum FixKind {
     OutputStride16,
     QuarterLoss,
     Sgd,
+    /// Plain SGD: no momentum buffer, the optimizer state's whole share gone.
+    NoMomentum,
     NoAttention,
     NoAuxHead,
 }
 
 impl FixKind {
     /// In order of how little each changes the training (see [`FixKind::disruption`]).
-    pub const ALL: [FixKind; 10] = [
+    pub const ALL: [FixKind; 11] = [
         FixKind::MixedBf16,
         FixKind::MixedF16,
         FixKind::PureBf16,
@@ -182,6 +184,7 @@ impl FixKind {
         FixKind::OutputStride16,
         FixKind::QuarterLoss,
         FixKind::Sgd,
+        FixKind::NoMomentum,
         FixKind::NoAttention,
         FixKind::NoAuxHead,
     ];
@@ -212,6 +215,7 @@ impl FixKind {
             FixKind::OutputStride16 => "output stride 16",
             FixKind::QuarterLoss => "quarter-resolution loss",
             FixKind::Sgd => "SGD instead of AdamW",
+            FixKind::NoMomentum => "SGD without momentum",
             FixKind::NoAttention => "no attention",
             FixKind::NoAuxHead => "no aux head",
         }
@@ -228,6 +232,7 @@ impl FixKind {
             FixKind::OutputStride16 => c.model.output_stride == 8,
             FixKind::QuarterLoss => c.train.loss_resolution == LossResolution::Full,
             FixKind::Sgd => c.train.optimizer == Optimizer::Adamw,
+            FixKind::NoMomentum => c.train.optimizer == Optimizer::Sgd && c.train.momentum > 0.0,
             FixKind::NoAttention => c.model.attention_heads > 0 && !swapped(ids::ATTENTION),
             FixKind::NoAuxHead => c.model.aux_head && !swapped(ids::AUX_HEAD),
         }
@@ -250,6 +255,7 @@ impl FixKind {
             FixKind::OutputStride16 => one("model.output_stride", "16"),
             FixKind::QuarterLoss => one("train.loss_resolution", "\"quarter\""),
             FixKind::Sgd => one("train.optimizer", "\"sgd\""),
+            FixKind::NoMomentum => one("train.momentum", "0.0"),
             FixKind::NoAttention => identity_plus(ids::ATTENTION),
             FixKind::NoAuxHead => identity_plus(ids::AUX_HEAD),
         }
@@ -261,7 +267,7 @@ impl FixKind {
         match self {
             FixKind::MixedBf16 | FixKind::MixedF16 | FixKind::PureBf16 | FixKind::PureF16 => 0,
             FixKind::Checkpointing => 1,
-            FixKind::Sgd => 2,
+            FixKind::Sgd | FixKind::NoMomentum => 2,
             FixKind::OutputStride16 => 3,
             FixKind::QuarterLoss => 4,
             FixKind::NoAttention | FixKind::NoAuxHead => 5,

@@ -1,6 +1,9 @@
 //! Which failures are out-of-memory. Only an allocation failure is; a follow-on error of an earlier
 //! failure, or anything else, is not. The texts are the devices' own (fixtures in `tests/fixtures`).
 
+use crate::protocol::Stage;
+use deeplab::Phase;
+
 /// What a panic or stderr line says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MessageKind {
@@ -267,6 +270,34 @@ pub fn classify_output(output: &str) -> (Option<String>, MessageKind) {
     (message, kind)
 }
 
+/// Where a Python traceback in `output` places the failure, for a command that reported no stages:
+/// the last frame of its own code (not a library's) that reads as backward, the optimizer's step or,
+/// else, the forward pass; the stage is named by the line itself (`train.py:42 loss.backward()`).
+pub fn traceback_place(output: &str) -> Option<(Phase, Stage)> {
+    let lines: Vec<&str> = output.lines().collect();
+    let start = lines.iter().rposition(|l| l.starts_with("Traceback ("))?;
+    let library = ["site-packages", "dist-packages", "/lib/python", "<frozen"];
+    let (file, line, code) = (start..lines.len())
+        .filter_map(|i| {
+            let frame = lines[i].trim_start().strip_prefix("File \"")?;
+            let (file, rest) = frame.split_once("\", line ")?;
+            let number = rest.split(',').next()?;
+            let code = lines.get(i + 1)?.trim();
+            Some((file, number, code))
+        })
+        .filter(|(file, _, _)| !library.iter().any(|l| file.contains(l)))
+        .last()?;
+    let name = file.rsplit('/').next().unwrap_or(file);
+    let phase = if code.contains("backward(") {
+        Phase::Backward
+    } else if code.contains(".step(") {
+        Phase::Step
+    } else {
+        Phase::Forward
+    };
+    Some((phase, Stage::Module(format!("{name}:{line} {code}"))))
+}
+
 /// What was in use when an allocation failed, where the message says: PyTorch's `this process has
 /// 78.12 GiB memory in use`, our CPU ceiling's `(in use N`.
 pub fn in_use_at_failure(message: &str) -> Option<u64> {
@@ -276,6 +307,25 @@ pub fn in_use_at_failure(message: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A command that reports no stage is placed by its own last frame: `loss.backward()` in the
+    /// user's script, not torch's frames below it; no traceback, no place.
+    #[test]
+    fn a_traceback_places_the_failure_in_the_users_code() {
+        let tb =
+            "step 1\nTraceback (most recent call last):\n  File \"/home/u/train.py\", line 42, \
+                  in <module>\n    loss.backward()\n  File \"/usr/lib/python3/site-packages/torch/\
+                  _tensor.py\", line 521, in backward\n    torch.autograd.backward(\n\
+                  torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB";
+        let (phase, stage) = traceback_place(tb).unwrap();
+        assert_eq!(phase, Phase::Backward);
+        assert_eq!(stage.name(), "train.py:42 loss.backward()");
+        let step = tb.replace("loss.backward()", "optimizer.step()");
+        assert_eq!(traceback_place(&step).unwrap().0, Phase::Step);
+        let fwd = tb.replace("loss.backward()", "out = model(x)");
+        assert_eq!(traceback_place(&fwd).unwrap().0, Phase::Forward);
+        assert_eq!(traceback_place("CUDA out of memory"), None);
+    }
 
     /// Each fixture line: `kind<TAB>bytes-or-dash<TAB>message`.
     #[test]

@@ -3,7 +3,9 @@
 //! `oom`; any other panic is `error`; then the way the process ended; `fits` only with a value
 //! read back after the last step (a non-finite one is a measured run that diverged: `diverged`).
 
-use crate::classify::{classify_message, classify_output, in_use_at_failure, MessageKind};
+use crate::classify::{
+    classify_message, classify_output, in_use_at_failure, traceback_place, MessageKind,
+};
 use crate::protocol::{exit, ChildEvent, Exited, Location, Stage};
 use crate::trial_report::{ChildExit, OomInfo, StageMemory, StepRecord, TrialOutcome, TrialReport};
 use deeplab::Phase;
@@ -288,7 +290,8 @@ fn exec_verdict(r: &mut TrialReport, x: &Exited, at: Option<&Location>, stderr: 
     let killed = !aborted && (x.signal.is_some() || x.code.is_some_and(|c| c > 128));
     let (message, kind) = classify_output(&output);
     if let (Some(m), MessageKind::AllocationFailure { bytes }, false) = (message, kind, killed) {
-        return set_oom(r, at, m, bytes);
+        let traced = traced_place(at, &output);
+        return set_oom(r, traced.as_ref().or(at), m, bytes);
     }
     if x.oom_killer {
         let how = x.oom_kill_check.as_deref().unwrap_or("the kernel");
@@ -296,6 +299,19 @@ fn exec_verdict(r: &mut TrialReport, x: &Exited, at: Option<&Location>, stderr: 
         return set_oom(r, at, m, None);
     }
     r.error = Some(exec_failure(x) + &tail(&output));
+}
+
+/// Where a command that reported no stage failed, from the traceback it printed (if any).
+fn traced_place(at: Option<&Location>, output: &str) -> Option<Location> {
+    if at.is_some_and(|l| l.stage != Stage::Setup) {
+        return None;
+    }
+    let (phase, stage) = traceback_place(output)?;
+    Some(Location {
+        step: at.map_or(0, |l| l.step),
+        phase,
+        stage,
+    })
 }
 
 /// What a failed command's end says, with a hint where a kill cannot be told apart from the OOM

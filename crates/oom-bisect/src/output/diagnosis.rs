@@ -26,7 +26,7 @@ pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
     let mut lines: Vec<String> = vec![];
     lines.extend(in_short(d, cx, split.as_ref()));
     lines.extend(where_it_fails(d, cx, split.as_ref()));
-    lines.extend(what_fits(d));
+    lines.extend(what_fits(d, cx));
     lines.extend(suspects(d, cx));
     let mut s = "\nDiagnosis:\n".to_string();
     for l in lines {
@@ -38,7 +38,7 @@ pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
 fn phase_words(p: deeplab::Phase) -> &'static str {
     match p {
         deeplab::Phase::Forward => "in the forward pass",
-        deeplab::Phase::Backward => "in backward",
+        deeplab::Phase::Backward => "in the backward pass",
         deeplab::Phase::Step => "in the optimizer step",
     }
 }
@@ -99,6 +99,7 @@ fn in_short(d: &Diagnosis, cx: &Context<'_>, split: Option<&Split<'_>>) -> Optio
         oom.step.unwrap_or(0) + 1,
         oom.phase.map(phase_words).unwrap_or("at its start")
     );
+    let state = on_top_of_the_state(d, split, oom.phase);
     let what = if 2 * split.fixed_bytes >= split.total {
         format!(
             "{} are {:.0}% of the peak, so the ceiling is crossed wherever the step's activations \
@@ -110,7 +111,7 @@ fn in_short(d: &Diagnosis, cx: &Context<'_>, split: Option<&Split<'_>>) -> Optio
         let top = split.rest.iter().max_by_key(|p| p.bytes)?;
         format!(
             "{} are {:.0}% of the peak and grow with batch and input size; the ceiling is crossed \
-             in {when}, after {}",
+             in {when}, after {}{state}",
             top.part,
             split.share(top.bytes),
             oom.stage.as_ref().map_or("start", |s| s.name())
@@ -120,8 +121,11 @@ fn in_short(d: &Diagnosis, cx: &Context<'_>, split: Option<&Split<'_>>) -> Optio
         Some(ModulesVerdict::Culprits {
             items, measurement, ..
         }) if items.len() == 1 => format!(
-            "; the block whose removal saves most is {}{}",
+            "; the block whose removal saves most is {}{}{}",
             items[0],
+            carries(cx, &items[0])
+                .map(|c| format!(", which carries {c}"))
+                .unwrap_or_default(),
             super::figure(measurement)
                 .map(|f| format!(" (without it, it {f})"))
                 .unwrap_or_default()
@@ -129,6 +133,44 @@ fn in_short(d: &Diagnosis, cx: &Context<'_>, split: Option<&Split<'_>>) -> Optio
         _ => String::new(),
     };
     Some(format!("In short: {what}{block}."))
+}
+
+/// ", on top of the optimizer state (54.3 MiB: forward and backward without an update fit)": where
+/// the phase axis says the optimizer state tips it over but the failure comes before the update
+/// (the state is made before the first step, or held from the step before), so that "crossed in the
+/// forward pass" and "the optimizer state" are one story.
+fn on_top_of_the_state(d: &Diagnosis, split: &Split<'_>, failed: Option<deeplab::Phase>) -> String {
+    let step = deeplab::Phase::Step;
+    if phase_boundary(d).map(|(_, oom)| oom) != Some(step) || failed == Some(step) {
+        return String::new();
+    }
+    let state = split
+        .fixed
+        .iter()
+        .find(|p| p.part == super::memory::OPTIMIZER_STATE);
+    format!(
+        ", on top of the optimizer state{}: forward and backward without an update fit",
+        state
+            .map(|p| format!(" ({})", fmt_bytes(p.bytes)))
+            .unwrap_or_default()
+    )
+}
+
+/// What the swap group `label` carries: "4,720,640 parameters (36.0 MiB with their optimizer
+/// state)", so that a block is never named without why it weighs.
+fn carries(cx: &Context<'_>, label: &str) -> Option<String> {
+    let arch = deeplab::Architecture::new(cx.config).ok()?;
+    let (_, ids) = arch.swap_groups().into_iter().find(|(l, _)| l == label)?;
+    let params: u64 = (arch.params_by_module().into_iter())
+        .filter(|(id, _)| ids.contains(id))
+        .map(|(_, p)| p)
+        .sum();
+    let held = arch.resident(cx.config, params);
+    Some(format!(
+        "{} parameters ({} with their optimizer state)",
+        super::count(params),
+        fmt_bytes(held.weights + held.optimizer_state)
+    ))
 }
 
 /// Where the run crosses the ceiling: the step and stage of the failure, the stage depth first
@@ -168,7 +210,7 @@ fn where_it_fails(d: &Diagnosis, cx: &Context<'_>, split: Option<&Split<'_>>) ->
 }
 
 /// The single changes measured to fit, least disruptive first, and the module swaps that do.
-fn what_fits(d: &Diagnosis) -> Vec<String> {
+fn what_fits(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
     let mut fits: Vec<&FixResult> = d
         .fixes
         .iter()
@@ -194,9 +236,15 @@ fn what_fits(d: &Diagnosis) -> Vec<String> {
         items, measurement, ..
     }) = &d.modules
     {
+        let carried: Vec<String> = (items.iter())
+            .map(|i| match carries(cx, i) {
+                Some(c) => format!("{i} ({c})"),
+                None => i.clone(),
+            })
+            .collect();
         out.push(format!(
             "Swapping {} for identity also makes it fit{}, but changes the model.",
-            items.join(" and "),
+            carried.join(" and "),
             figure_of(measurement)
         ));
     }
@@ -265,7 +313,7 @@ fn suspects(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
     if let Some((_, phase)) = phase_boundary(d) {
         causes.push(match phase {
             deeplab::Phase::Step => {
-                "the optimizer's state (forward and backward without an update fit)".to_string()
+                "the optimizer state (forward and backward without an update fit)".to_string()
             }
             deeplab::Phase::Backward => "the backward pass (the forward pass alone fits)".into(),
             deeplab::Phase::Forward => "the forward phase".into(),

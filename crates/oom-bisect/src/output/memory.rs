@@ -7,6 +7,9 @@ use oom_trial::{fmt_bytes, BackendKind, TrialOutcome, TrialReport};
 use serde::Serialize;
 
 /// One part of a peak.
+/// The part of the breakdown that is the optimizer's state (the diagnosis names it).
+pub const OPTIMIZER_STATE: &str = "optimizer state";
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Part {
     pub part: &'static str,
@@ -64,9 +67,10 @@ pub fn breakdown(r: &TrialReport, config: &Config) -> Option<Vec<Part>> {
         },
         gradients_part(gradients, res.weights),
         Part {
-            part: "optimizer state",
+            part: OPTIMIZER_STATE,
             bytes: state,
             how: match state {
+                0 if res.optimizer_state == 0 => format!("none: {}", res.optimizer_state_is),
                 0 => "none: the run stops before the optimizer step".into(),
                 _ => format!("{}, from the first update on", res.optimizer_state_is),
             },

@@ -267,13 +267,13 @@ fn boundaries(d: &Diagnosis, cx: &Context<'_>) -> String {
         if let Some((fit, oom)) = d.boundary(AxisKind::Phase.tag()) {
             let why = match super::diagnosis::phase_boundary(d).map(|(_, oom)| oom) {
                 Some(deeplab::Phase::Backward) => {
-                    "the tensors saved for backward and the gradients"
+                    "the tensors saved for backward and the gradients tip it over"
                 }
-                Some(deeplab::Phase::Step) => "the optimizer state",
-                _ => "the forward pass",
+                Some(deeplab::Phase::Step) => "the optimizer state tips it over",
+                _ => "the forward pass alone does not fit",
             };
             s += &format!(
-                "Phase: {} fits ({}), {} does not: the memory is in {why}.\n",
+                "Phase: {} fits ({}), {} does not: {why}.\n",
                 fit.label,
                 peak(fit, cx),
                 oom.label

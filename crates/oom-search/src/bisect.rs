@@ -4,7 +4,7 @@
 
 mod confirm;
 
-use crate::predict::Predictor;
+use crate::predict::{Predictor, PREDICTED_PROBES};
 use crate::searcher::Searcher;
 use crate::vocabulary::{Axis, AxisOptions, Candidate, Measurement, Outcome, Purpose, Tag};
 use serde::{Deserialize, Serialize};
@@ -97,6 +97,9 @@ pub fn bisect_axis(
         ceiling: opts.ceiling,
         rerun_within: opts.rerun_within,
     };
+    if let Some((last_fit, first_oom)) = search.secant_on_needs(s, lo, hi, opts) {
+        return search.certified(s, last_fit, first_oom);
+    }
     search.predict_beside_the_top(s, lo, hi, opts);
     let (bottom, top) = match search.check_ends(s, lo, hi) {
         Ends::Open { bottom, top } => (bottom, top),
@@ -110,15 +113,7 @@ pub fn bisect_axis(
         let verdict = search.gap(last_fit, first_oom, &skipped);
         return search.done(s, verdict, 0);
     }
-    let reruns = Sides {
-        last_fit: search.reruns(&last_fit),
-        first_oom: search.reruns(&first_oom),
-    };
-    let verdict = search.confirm(s, last_fit, first_oom, reruns);
-    AxisSearch {
-        reruns,
-        ..search.done(s, verdict, (reruns.last_fit + reruns.first_oom) as usize)
-    }
+    search.certified(s, last_fit, first_oom)
 }
 
 /// [`bisect_axis`], then, on an axis with [`Axis::fine`] values, the boundary narrowed on them: the
@@ -265,6 +260,64 @@ impl Search<'_> {
 
     fn unmeasured(&self, p: &Probe) -> String {
         format!("{}; the axis was not searched", self.unmeasured_note(p))
+    }
+
+    /// Neighbours found: re-run their sides where they may differ ([`Search::reruns`]), and say
+    /// whether the boundary held.
+    fn certified(&self, s: &mut Searcher<'_>, last_fit: Probe, first_oom: Probe) -> AxisSearch {
+        let reruns = Sides {
+            last_fit: self.reruns(&last_fit),
+            first_oom: self.reruns(&first_oom),
+        };
+        let verdict = self.confirm(s, last_fit, first_oom, reruns);
+        AxisSearch {
+            reruns,
+            ..self.done(s, verdict, (reruns.last_fit + reruns.first_oom) as usize)
+        }
+    }
+
+    /// Where the bottom fits with a need and the top is not yet measured (a capacity search from
+    /// the original), the boundary is looked for on needs alone: probe the predicted last fit,
+    /// draw the next line through the needs nearest the ceiling, until a fit and an out-of-memory
+    /// are neighbours, which is the boundary without the top ever running (memory grows along
+    /// the axis). `None` where it does not close within the predicted probes, or a probe cannot
+    /// be measured: the bisection then goes on from what was measured.
+    fn secant_on_needs(
+        &self,
+        s: &mut Searcher<'_>,
+        lo: usize,
+        hi: usize,
+        o: &AxisOptions,
+    ) -> Option<(Probe, Probe)> {
+        let at = |j: usize| self.axis.at(self.base, j);
+        if s.known(&at(hi)).is_some() {
+            return None;
+        }
+        let bottom = s.known(&at(lo)).cloned()?;
+        let mut predictor = Predictor::new(self.axis, o);
+        predictor.note(lo, &bottom);
+        if bottom.outcome != Outcome::Fits || bottom.need_bytes.is_none() || !predictor.on_needs() {
+            return None;
+        }
+        let mut fit = self.probe(s, lo, lo, hi);
+        let mut oom: Option<Probe> = None;
+        for _ in 0..PREDICTED_PROBES {
+            let end = oom.as_ref().map_or(hi, |p| p.index);
+            let guess = predictor.last_fit_between(fit.index, end)?;
+            // The prediction is the known fit: its neighbour says whether it is the last.
+            let i = if guess == fit.index { guess + 1 } else { guess };
+            let p = self.probe(s, i, lo, hi);
+            predictor.note(i, &p.measurement);
+            match p.measurement.outcome {
+                Outcome::Fits => fit = p,
+                Outcome::Oom => oom = Some(p),
+                Outcome::Inconclusive => return None,
+            }
+            if let Some(o) = oom.as_ref().filter(|o| o.index == fit.index + 1) {
+                return Some((fit, o.clone()));
+            }
+        }
+        None
     }
 
     /// Where the bottom is already known to fit (a capacity search starts at the original), the

@@ -7,7 +7,7 @@ use crate::culprits::culprits;
 use crate::diagnosis::*;
 use crate::minimal::minimise;
 use crate::searcher::{Clock, Searcher, TrialRecord};
-use crate::vocabulary::{Axis, Candidate, Event, Oracle, Outcome, Purpose};
+use crate::vocabulary::{Axis, Candidate, Event, Measurement, Oracle, Outcome, Purpose};
 
 /// About how many trials a diagnosis of an original that runs out of memory takes, for progress:
 /// each axis as plain bisection plus its confirmations, every fix and module item, and a dozen for
@@ -60,7 +60,7 @@ pub fn diagnose(
     };
     match original.outcome {
         Outcome::Inconclusive => {}
-        Outcome::Fits => d.capacity = capacity(&mut s, space, opts),
+        Outcome::Fits => d.capacity = capacity(&mut s, space, opts, &original),
         Outcome::Oom => explain_oom(&mut s, space, opts, &mut d),
     }
     d.budget_exhausted = s.budget_exhausted;
@@ -105,12 +105,20 @@ fn fix_candidate(fix: &Fix) -> Candidate {
     c
 }
 
-/// The original fits: how far each capacity axis can grow.
-fn capacity(s: &mut Searcher<'_>, space: &Space, opts: &SearchOptions) -> Vec<AxisSearch> {
+/// The original fits: how far each capacity axis can grow. Where the original says its need and
+/// boundaries are predicted, each axis is searched on needs and its top never runs (see
+/// `bisect_axis`): nothing is started ahead for it.
+fn capacity(
+    s: &mut Searcher<'_>,
+    space: &Space,
+    opts: &SearchOptions,
+    original: &Measurement,
+) -> Vec<AxisSearch> {
+    let on_needs = original.need_bytes.is_some() && opts.predict && opts.ceiling.is_some();
     let tops: Vec<Candidate> = space
         .capacity
         .iter()
-        .filter(|a| a.values.len() - 1 > a.original)
+        .filter(|a| a.values.len() - 1 > a.original && !on_needs)
         .map(|a| a.at(&Candidate::original(), a.values.len() - 1))
         .collect();
     s.expect(&tops);

@@ -13,7 +13,7 @@ use crate::vocabulary::{Axis, Measurement, Outcome};
 const FAR_BELOW: f64 = 0.8;
 
 /// Predicted probes before plain bisection: the prediction, its neighbour and a gallop of four.
-const PREDICTED_PROBES: u32 = 6;
+pub(crate) const PREDICTED_PROBES: u32 = 6;
 
 /// `points`: `(x, bytes)` measured (needs, or peaks of fits). `base`: memory that does not scale
 /// with `x` (parameters, optimizer state, context), when measured. Returns the index of the largest
@@ -186,6 +186,21 @@ impl Predictor {
     /// live tensors where the points are live bytes.
     fn live_ceiling(&self) -> f64 {
         self.ceiling - self.overhead
+    }
+
+    /// The predicted last fit between a fit at `fit` and an out-of-memory at `oom` (or the end of
+    /// the axis), from every point noted, kept inside `fit..oom`: the step of a secant search on
+    /// needs, each new need drawing the next line.
+    pub(crate) fn last_fit_between(&self, fit: usize, oom: usize) -> Option<usize> {
+        (self.left > 0 && oom > fit)
+            .then(|| self.predict_unclamped(fit, oom))
+            .flatten()
+            .map(|i| i.clamp(fit, oom - 1))
+    }
+
+    /// Whether the points are needs: lines through them are in the ceiling's own terms.
+    pub(crate) fn on_needs(&self) -> bool {
+        self.overhead == 0.0 && !self.points.is_empty()
     }
 
     /// The probe [`Predictor::next_guess`] would start with between `lo` and `hi`, every value

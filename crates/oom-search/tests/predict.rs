@@ -356,3 +356,53 @@ fn the_confirmation_starts_beside_a_probe_that_may_close_the_interval() {
     );
     assert!(o.ran.iter().all(|(_, n)| *n <= 1), "{:?}", o.ran);
 }
+
+/// A capacity search whose trials say their needs, as the H200 replays them (R50 OS16 512² under
+/// 24 GiB: 22.80 GiB at batch 32, 23.50 at 33): 0.4 GiB + 0.7 GiB a sample, with a few pool
+/// rounding's worth of noise, above the 0.3 GiB held before the first forward pass.
+struct CapacityNeeds;
+
+impl Oracle for CapacityNeeds {
+    fn run(&mut self, c: &Candidate, _: u32) -> Measurement {
+        let b: u64 = c.get("data.batch").map_or(4, |v| v.parse().unwrap());
+        let need = 0.4 + 0.7 * b as f64 + [0.0, 0.04, 0.02, 0.03][(b % 4) as usize];
+        let mut m = Measurement::new(if need <= 24.0 {
+            Outcome::Fits
+        } else {
+            Outcome::Oom
+        });
+        m.need_bytes = Some((need * (1u64 << 30) as f64) as u64);
+        m.base_bytes = Some(3 << 28);
+        m
+    }
+}
+
+/// From the original's need, the largest batch is found on needs alone: the predicted last fit, a
+/// line through the needs nearest the ceiling, and the neighbour that closes it. The top of the
+/// axis (batch 64) never runs: the original and three probes.
+#[test]
+fn a_capacity_search_on_needs_never_runs_the_top() {
+    let a = Axis {
+        tag: Tag::default(),
+        original: 3,
+        ..axis("batch", "data.batch", 64)
+    };
+    let (probed, r) = probed_search(&mut CapacityNeeds, &a, 3, 63);
+    let AxisVerdict::Boundary {
+        last_fit,
+        first_oom,
+        ..
+    } = &r.verdict
+    else {
+        panic!("{r:?}")
+    };
+    assert_eq!(
+        (last_fit.label.as_str(), first_oom.label.as_str()),
+        ("33", "34")
+    );
+    assert!(!probed.contains(&"64".to_string()), "{probed:?}");
+    assert!(
+        probed.len() <= 4,
+        "the original and at most three probes: {probed:?}"
+    );
+}

@@ -109,12 +109,13 @@ pub struct DeviceArgs {
     /// confirm a boundary still run in a fresh process
     #[arg(long, requires = "exec")]
     pub serve: bool,
-    /// How a CUDA ceiling is held: `ballast` (the rest of the card is filled; one trial per GPU),
-    /// `cap` (experimental: the allocator refuses past it and trials share a GPU, five 24 GiB
-    /// ceilings on an H200; some boundaries differ, see docs/performance.md) or, with --exec,
-    /// `command` (your command holds $OOM_BISECT_MEMORY_LIMIT itself, e.g. PyTorch's
+    /// How a CUDA ceiling is held: `cap` (PyTorch's caching allocator refuses past it, as
+    /// set_per_process_memory_fraction does; trials share a GPU, five 24 GiB ceilings on an H200),
+    /// `ballast` (the rest of the card is filled; one trial per GPU) or, with --exec, `command`
+    /// (your command holds $OOM_BISECT_MEMORY_LIMIT itself, e.g. PyTorch's
     /// set_per_process_memory_fraction; oom-bisect checks its processes' device memory and trials
-    /// share a GPU) [default: ballast]
+    /// share a GPU) [default: cap for built-in trials under the pytorch memory model, else
+    /// ballast]
     #[arg(long, value_enum, value_name = "HOW")]
     pub ceiling_by: Option<CeilingByArg>,
     /// Answer every trial from the model's memory estimate instead of training it: the whole

@@ -1,8 +1,8 @@
 //! Where trials run: `--devices`, `--jobs` and `--launcher` resolved into the pool's workers.
 //!
-//! - CUDA: each trial on its card through `CUDA_VISIBLE_DEVICES`. Under ballast (the default) one
-//!   worker per GPU, as the ballast takes the whole card; under a ceiling held inside the trial's
-//!   process (`--ceiling-by cap`, or `command` for a `--exec` command that holds its own) as many
+//! - CUDA: each trial on its card through `CUDA_VISIBLE_DEVICES`. Under ballast one worker per
+//!   GPU, as the ballast takes the whole card; under a ceiling held inside the trial's process
+//!   (`cap`, the built-in trials' default, or `command` for a `--exec` command that holds its own) as many
 //!   workers per GPU as ceilings fit in its free memory (five 24 GiB ceilings on an H200), each
 //!   trial its own process. An inherited `CUDA_VISIBLE_DEVICES` (Slurm, Kubernetes) is
 //!   respected: `--devices` picks among the devices it leaves visible.

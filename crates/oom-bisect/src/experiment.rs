@@ -1,8 +1,7 @@
 //! An experiment's identity: everything that changes what a trial measures. Two runs share journal
 //! entries only when all of it is equal: the workload, the backend, the ceiling, the engine, the
-//! environment switches that change kernels or memory, how a CUDA ceiling is held when that is the
-//! in-process cap (its boundaries are not yet the ballast's: docs/performance.md), and the version of
-//! this binary.
+//! backend settings that change kernels or memory, how a CUDA ceiling is held when that is not the
+//! ballast (a cap, or a command's own), and the version of this binary.
 
 use deeplab::Config;
 use oom_trial::{BackendKind, Ceiling, CeilingBy, Engine, Switches};
@@ -17,7 +16,7 @@ pub fn id(
     switches: &Switches,
     ceiling_by: CeilingBy,
 ) -> String {
-    // The ballast (the default) adds nothing, so that journals written before the cap still resume.
+    // The ballast adds nothing, so that journals written when it was the only way still resume.
     let held = match backend == BackendKind::Cuda && ceiling_by.shares_gpu() {
         true => format!(" ceiling-by={}", ceiling_by.name()),
         false => String::new(),

@@ -160,7 +160,8 @@ impl DeviceSettings {
         if self.trial_timeout != Duration::from_secs(crate::cli::DEFAULT_TRIAL_TIMEOUT) {
             parts.push(format!("--trial-timeout {}", self.trial_timeout.as_secs()));
         }
-        if self.backend == BackendKind::Cuda && self.ceiling_by.shares_gpu() {
+        // Said whichever it is: its default depends on the engine and the memory model.
+        if self.backend == BackendKind::Cuda {
             parts.push(format!("--ceiling-by {}", self.ceiling_by.name()));
         }
         match &self.engine {

@@ -278,6 +278,7 @@ pub fn traceback_place(output: &str) -> Option<(Phase, Stage)> {
     let start = lines.iter().rposition(|l| l.starts_with("Traceback ("))?;
     let library = ["site-packages", "dist-packages", "/lib/python", "<frozen"];
     let (file, line, code) = (start..lines.len())
+        .rev()
         .filter_map(|i| {
             let frame = lines[i].trim_start().strip_prefix("File \"")?;
             let (file, rest) = frame.split_once("\", line ")?;
@@ -285,8 +286,7 @@ pub fn traceback_place(output: &str) -> Option<(Phase, Stage)> {
             let code = lines.get(i + 1)?.trim();
             Some((file, number, code))
         })
-        .filter(|(file, _, _)| !library.iter().any(|l| file.contains(l)))
-        .last()?;
+        .find(|(file, _, _)| !library.iter().any(|l| file.contains(l)))?;
     let name = file.rsplit('/').next().unwrap_or(file);
     let phase = if code.contains("backward(") {
         Phase::Backward

@@ -6,6 +6,7 @@
 //!   block the child forever), enforces the time limit by killing the whole group, and assembles the
 //!   report from what the child left behind. The child cannot outlive us: it dies with its parent
 //!   (`PR_SET_PDEATHSIG`), and Ctrl-C, SIGTERM and SIGHUP kill its group before we exit.
+//!
 //! A process runner given `Engine::Estimate` requests runs the estimate in the child: the whole
 //! path of a real trial (spawn, protocol, classification), without training.
 

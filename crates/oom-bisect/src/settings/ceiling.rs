@@ -227,9 +227,9 @@ pub(super) fn check_ceiling(
     Ok((ceiling, Some(ceiling.bytes(total))))
 }
 
-/// `--ceiling-by`, or its default, ballast: the cap lets trials share a GPU but does not yet give
-/// the ballast's boundaries everywhere (docs/performance.md); a command run by `--exec` is a
-/// process the holder cannot cap, so it is held by ballast unless it holds its ceiling itself.
+/// `--ceiling-by`, or its default: the cap for built-in trials under the `pytorch` memory model
+/// (trials share a GPU); the ballast under `burn`, whose pools hold no cap, and for a command run
+/// by `--exec`, a process the holder cannot cap, unless it holds its ceiling itself.
 pub(super) fn ceiling_by(
     arg: Option<CeilingByArg>,
     engine: &Engine,
@@ -260,6 +260,10 @@ pub(super) fn ceiling_by(
         Some(CeilingByArg::Cap) => Ok(CeilingBy::Cap),
         Some(CeilingByArg::Ballast) => Ok(CeilingBy::Ballast),
         Some(CeilingByArg::Command) => Ok(CeilingBy::Command),
+        // The cap gave the ballast's verdicts on every configuration compared (docs/fidelity.md)
+        // and lets trials share a GPU; where nothing can cap (burn's pools, a command's own
+        // process) the ballast holds.
+        None if model == MemoryModel::Pytorch && !exec => Ok(CeilingBy::Cap),
         None => Ok(CeilingBy::Ballast),
     }
 }

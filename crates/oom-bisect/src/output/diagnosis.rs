@@ -127,7 +127,7 @@ fn in_short(d: &Diagnosis, cx: &Context<'_>, split: Option<&Split<'_>>) -> Optio
                 .map(|c| format!(", which carries {c}"))
                 .unwrap_or_default(),
             super::figure(measurement)
-                .map(|f| format!(" (without it, it {f})"))
+                .map(|f| format!("; without it, it {f}"))
                 .unwrap_or_default()
         ),
         _ => String::new(),
@@ -156,8 +156,8 @@ fn on_top_of_the_state(d: &Diagnosis, split: &Split<'_>, failed: Option<deeplab:
     )
 }
 
-/// What the swap group `label` carries: "4,720,640 parameters (36.0 MiB with their optimizer
-/// state)", so that a block is never named without why it weighs.
+/// What the swap group `label` carries: "4,720,640 parameters, 36.0 MiB with their optimizer
+/// state", so that a block is never named without why it weighs.
 fn carries(cx: &Context<'_>, label: &str) -> Option<String> {
     let arch = deeplab::Architecture::new(cx.config).ok()?;
     let (_, ids) = arch.swap_groups().into_iter().find(|(l, _)| l == label)?;
@@ -167,7 +167,7 @@ fn carries(cx: &Context<'_>, label: &str) -> Option<String> {
         .sum();
     let held = arch.resident(cx.config, params);
     Some(format!(
-        "{} parameters ({} with their optimizer state)",
+        "{} parameters, {} with their optimizer state",
         super::count(params),
         fmt_bytes(held.weights + held.optimizer_state)
     ))

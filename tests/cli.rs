@@ -1196,3 +1196,24 @@ fn env_names(text: &str) -> Vec<String> {
     }
     out
 }
+
+/// A CPU trial's stream is the same in every process (burn's autodiff visits its graph in a fixed
+/// order: vendor/README.md), so its replay, and so its need, repeats to the byte: what makes the
+/// README's report a fresh run's.
+#[test]
+fn a_cpu_trial_needs_the_same_in_every_run() {
+    let d = tmp("repeat");
+    let cfg = root().join("configs/quickstart.toml");
+    let need = || {
+        let j = d.join("t.json");
+        // Output stride 16: before the fixed order, its need moved by 2 MiB from run to run.
+        let args = ["trial", "--config", cfg.to_str().unwrap(), "--backend", "cpu"];
+        let set = ["--set", "model.output_stride=16", "--json", j.to_str().unwrap()];
+        let o = run(&[&args[..], &set[..]].concat(), &d);
+        assert_eq!(code(&o), 0, "{}", text(&o));
+        let r = json(&j);
+        let a = &r["allocator"];
+        (a["need_bytes"].as_u64().unwrap(), a["allocated_bytes"].as_u64().unwrap())
+    };
+    assert_eq!(need(), need());
+}

@@ -30,7 +30,8 @@ fn module_costs(s: &mut Searcher<'_>, modules: &Modules) -> Vec<ModuleCost> {
 }
 
 /// The smallest set of modules whose swap makes the original fit: a single item when one alone
-/// fits (the one with the lowest peak; the others are named too), else ddmin over all items.
+/// fits (the one with the lowest need, else peak, ties in the items' order; the others are named
+/// too), else ddmin over all items.
 /// Never a set larger than one measured to fit: ddmin starts from every item swapped, which fits.
 pub(crate) fn culprits(
     s: &mut Searcher<'_>,
@@ -41,7 +42,11 @@ pub(crate) fn culprits(
         .iter()
         .filter(|c| c.measurement.outcome == Outcome::Fits)
         .collect();
-    alone.sort_by_key(|c| c.measurement.peak_bytes.unwrap_or(u64::MAX));
+    // The need repeats run to run; a peak may move with what the host's threads did meanwhile.
+    alone.sort_by_key(|c| {
+        let m = &c.measurement;
+        m.need_bytes.or(m.peak_bytes).unwrap_or(u64::MAX)
+    });
     if let Some((best, others)) = alone.split_first() {
         let verdict = ModulesVerdict::Culprits {
             items: vec![best.label.clone()],

@@ -333,11 +333,13 @@ fn module_costs(d: &Diagnosis) -> String {
     let mut rows: Vec<&oom_search::ModuleCost> = d.module_costs.iter().collect();
     rows.sort_by_key(|c| {
         let m = &c.measurement;
-        match (m.need_bytes, m.outcome) {
+        let figure = match (m.need_bytes, m.outcome) {
             (Some(need), _) => (false, need),
             (None, Outcome::Fits) => (false, m.peak_bytes.unwrap_or(u64::MAX)),
             _ => (true, 0),
-        }
+        };
+        // Equal needs by label, whatever order their trials ended in.
+        (figure, c.label.clone())
     });
     let mut s = "  each module swapped alone for identity:\n".to_string();
     for c in rows {

@@ -333,12 +333,14 @@ fn module_costs(d: &Diagnosis) -> String {
     let mut rows: Vec<&oom_search::ModuleCost> = d.module_costs.iter().collect();
     rows.sort_by_key(|c| {
         let m = &c.measurement;
+        // As printed (a tenth of a MiB), then by label: an out-of-memory's need is its stream's
+        // up to the refusal, which the host's own requests move by a few KiB from run to run.
+        let tenths = |b: u64| (b as f64 / f64::from(1 << 20) * 10.0).round() as u64;
         let figure = match (m.need_bytes, m.outcome) {
-            (Some(need), _) => (false, need),
-            (None, Outcome::Fits) => (false, m.peak_bytes.unwrap_or(u64::MAX)),
+            (Some(need), _) => (false, tenths(need)),
+            (None, Outcome::Fits) => (false, m.peak_bytes.map_or(u64::MAX, tenths)),
             _ => (true, 0),
         };
-        // Equal needs by label, whatever order their trials ended in.
         (figure, c.label.clone())
     });
     let mut s = "  each module swapped alone for identity:\n".to_string();

@@ -296,7 +296,7 @@ impl Search<'_> {
         let bottom = s.known(&at(lo)).cloned()?;
         let mut predictor = Predictor::new(self.axis, o);
         predictor.note(lo, &bottom);
-        if bottom.outcome != Outcome::Fits || bottom.need_bytes.is_none() || !predictor.on_needs() {
+        if bottom.outcome != Outcome::Fits || bottom.need_bytes.is_none() {
             return None;
         }
         let mut fit = self.probe(s, lo, lo, hi);

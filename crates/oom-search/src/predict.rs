@@ -198,11 +198,6 @@ impl Predictor {
             .map(|i| i.clamp(fit, oom - 1))
     }
 
-    /// Whether the points are needs: lines through them are in the ceiling's own terms.
-    pub(crate) fn on_needs(&self) -> bool {
-        self.overhead == 0.0 && !self.points.is_empty()
-    }
-
     /// The probe [`Predictor::next_guess`] would start with between `lo` and `hi`, every value
     /// between open; changes nothing.
     pub(crate) fn first_guess(&self, lo: usize, hi: usize) -> Option<usize> {

@@ -202,8 +202,9 @@ pub fn main(request: &str) -> i32 {
 
 /// How memory is read on each backend.
 enum Meter {
-    /// `before`: the heap held when the stream began to be noted.
-    Cpu { before: u64, replay: bool },
+    Cpu {
+        replay: bool,
+    },
     #[cfg(feature = "cuda")]
     Cuda {
         ceiling: crate::cuda::CudaCeiling,
@@ -272,10 +273,13 @@ impl Meter {
     /// made it, and whether the device itself holds the ceiling.
     fn stream(&self) -> Result<(Vec<pytorch_allocator::Event>, u64, u32, bool)> {
         match self {
-            Meter::Cpu { before, .. } => {
+            Meter::Cpu { .. } => {
                 let stream = crate::alloc::recorder::stream()
                     .ok_or_else(|| anyhow!("the trial's stream outgrew the room noted for it"))?;
-                Ok((stream, *before, 1, false))
+                // Nothing held before it counts: the process's own heap (about 11 KiB) is no
+                // device's context, and it moves by a few bytes with what its threads did
+                // meanwhile; the need is the stream's alone, so that it repeats to the byte.
+                Ok((stream, 0, 1, false))
             }
             #[cfg(feature = "cuda")]
             Meter::Cuda { ceiling, .. } => {
@@ -350,16 +354,12 @@ fn run(req: &Request) -> Result<()> {
                 seconds: since_start(),
             });
             crate::alloc::set_limit(ceiling_bytes as usize);
-            // What the process held before the stream is its own heap (about 11 KiB), no device's
-            // context, and it moves by a few bytes with what its threads did meanwhile: the need
-            // is the stream's alone, so that it repeats to the byte.
-            let before = 0;
             let replay = config.device.memory_model() == deeplab::MemoryModel::Pytorch;
             if replay {
                 crate::alloc::recorder::record(STREAM_ROOM);
             }
             let device = Default::default();
-            let mut meter = Meter::Cpu { before, replay };
+            let mut meter = Meter::Cpu { replay };
             if config.recompute() == Recompute::BurnBalanced {
                 train::<Autodiff<Flex, BalancedCheckpointing>>(&config, &device, &mut meter, req)
             } else {

@@ -653,6 +653,11 @@ fn a_pytorch_commands_allocator_trace_is_replayed_without_touching_its_script() 
 
 /// A served bisect over `command` (the toy config under 80 MiB, batch axis): its output and JSON.
 fn served_command_bisect(name: &str, command: &str) -> (Output, Value) {
+    command_bisect(name, command, &["--serve"])
+}
+
+/// The toy config's batch axis bisected through `command` with `serve` (the `--serve` flags).
+fn command_bisect(name: &str, command: &str, serve: &[&str]) -> (Output, Value) {
     let d = tmp(name);
     let cfg = write(&d, "toy.toml", TOY);
     let (j, journal) = (d.join("r.json"), d.join("j"));
@@ -666,7 +671,6 @@ fn served_command_bisect(name: &str, command: &str) -> (Output, Value) {
         "batch",
         "--jobs",
         "1",
-        "--serve",
         "-q",
         "--fresh",
         "--journal",
@@ -674,8 +678,28 @@ fn served_command_bisect(name: &str, command: &str) -> (Output, Value) {
         "--json",
         j.to_str().unwrap(),
     ];
-    let o = run_exec(&d, &args, command, &[]);
+    let o = run_exec(&d, &[&args[..], serve].concat(), command, &[]);
     (o, json_if_written(&j))
+}
+
+/// Without `--serve`, a command that serves is served (found out from its first answer) and one
+/// that does not runs each trial in a process of its own (found out from its first trial, whose
+/// exit is its verdict); both find the toy's own boundary, and the report says which path ran.
+#[test]
+fn whether_a_command_serves_is_found_out_from_its_first_trial() {
+    let want = toy_boundary(&tmp("auto-need"), 80 << 20);
+    let not_serving = format!("OOM_BISECT_SERVE=0 {}", trainer());
+    for (name, command, flags) in [
+        ("auto-serves", trainer(), &[][..]),
+        ("auto-alone", not_serving.clone(), &[][..]),
+        ("auto-off", trainer(), &["--serve", "off"][..]),
+    ] {
+        let (o, r) = command_bisect(name, &command, flags);
+        assert_eq!(code(&o), 0, "{name}: {}", text(&o));
+        assert_eq!(batch_boundary(&r), want, "{name}");
+        let said = text(&o).contains("your command (served:");
+        assert_eq!(said, name == "auto-serves", "{name}: {}", text(&o));
+    }
 }
 
 /// An answer nobody asked for is never a fit: a command that says `trial_done` before reading its

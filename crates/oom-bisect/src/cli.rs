@@ -103,12 +103,15 @@ pub struct DeviceArgs {
     /// is an OOM; anything else an error. See the README, "Your own training script"
     #[arg(long, value_name = "COMMAND", conflicts_with = "estimate")]
     pub exec: Option<String>,
-    /// With --exec: your command serves trials, one after another in one process per worker
-    /// (it reads `{"config": PATH}` lines on its stdin and ends each trial with a `trial_done`
-    /// line; README, "Served trials"), so that a trial does not pay its start; re-runs that
-    /// confirm a boundary still run in a fresh process
-    #[arg(long, requires = "exec")]
-    pub serve: bool,
+    /// With --exec: whether your command serves trials, one after another in one process per
+    /// worker (it reads `{"config": PATH}` lines on its stdin and ends each trial with a
+    /// `trial_done` line; guide, "Served trials"), so that a trial does not pay its start; re-runs
+    /// that confirm a boundary still run in a command that served no trial before. `auto` finds
+    /// out from the first trial (a command that ends it instead of answering runs one trial per
+    /// process from then on); `--serve` alone is `on` [default: auto]
+    #[arg(long, value_enum, value_name = "auto|on|off", num_args = 0..=1,
+          default_missing_value = "on", requires = "exec")]
+    pub serve: Option<ServeArg>,
     /// How a CUDA ceiling is held: `cap` (PyTorch's caching allocator refuses past it, as
     /// set_per_process_memory_fraction does; trials share a GPU, five 24 GiB ceilings on an H200),
     /// `ballast` (the rest of the card is filled; one trial per GPU) or, with --exec, `command`
@@ -221,6 +224,14 @@ pub struct BisectArgs {
     /// holds its own ceiling and its card has room]. Timing only
     #[arg(long, value_enum, value_name = "on|off", env = "OOM_BISECT_SPARES")]
     pub spares: Option<Toggle>,
+}
+
+/// `--serve`: whether the `--exec` command serves trials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ServeArg {
+    Auto,
+    On,
+    Off,
 }
 
 /// A timing switch given on the command line or in its environment variable.

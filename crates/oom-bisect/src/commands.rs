@@ -103,10 +103,12 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     let journal_seen = Arc::clone(&journal);
     let runner = runner(&st.device);
     // A served worker with a spare starts its command ahead, for the original's ceiling.
-    let serve = st
-        .device
-        .serve
-        .then(|| crate::oracle::request(&w.config, &st.device, None));
+    let serve = (st.device.serve != oom_trial::Serves::No).then(|| {
+        (
+            crate::oracle::request(&w.config, &st.device, None),
+            st.device.serve,
+        )
+    });
     progress.watch_compiling(runner.kernel_cache.as_deref());
     let pool = Pool::new(
         dispatch.workers(&runner, serve.as_ref()),
@@ -352,7 +354,7 @@ fn report_run(run: &BisectRun) -> Result<i32> {
         estimate: st.device.engine == oom_trial::Engine::Estimate,
         confirm: (st.device.engine == oom_trial::Engine::Estimate).then(|| confirm(st, &sets)),
         exec: st.device.exec_command(),
-        served: st.device.serve,
+        served: run.reports.values().any(|r| r.served),
         verbose: st.verbose,
         ceiling: run.ceiling,
         // Under --exec the trials are PyTorch's own: what fits there, PyTorch trained.
@@ -468,8 +470,8 @@ pub fn trial(args: &TrialArgs) -> Result<i32> {
     let req = request(&w.config, &device, fault);
     // Served, the command gets its trial as a served one: a check of its side of the protocol.
     let r = match device.serve {
-        true => oom_trial::ServedRunner::new(runner(&device), None).run(&req),
-        false => runner(&device).run(&req),
+        oom_trial::Serves::No => runner(&device).run(&req),
+        serves => oom_trial::ServedRunner::new(runner(&device), None, serves).run(&req),
     };
     let estimate = device.engine == oom_trial::Engine::Estimate;
     show!("{}", output::trial_table::trial_table(&r, estimate));

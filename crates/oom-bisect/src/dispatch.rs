@@ -15,7 +15,9 @@
 
 use crate::exit_codes::{self as code, user};
 use anyhow::Result;
-use oom_trial::{BackendKind, CeilingBy, Engine, ProcessRunner, Request, ServedRunner, Worker};
+use oom_trial::{
+    BackendKind, CeilingBy, Engine, ProcessRunner, Request, ServedRunner, Serves, Worker,
+};
 
 /// What places trials: the flags (`--devices`, `--jobs`, `--launcher`, `--guesses`, `--spares`)
 /// and the device facts the settings resolved, gathered by the settings so that nothing here reads
@@ -127,10 +129,10 @@ impl Dispatch {
     }
 
     /// The pool's workers, each a process runner like `base` with this dispatch's place.
-    /// One runner per slot; where the `--exec` command serves trials (`serve`), each keeps its
-    /// command between trials; where this dispatch keeps spares, each starts its command ahead
-    /// with `serve` (the original's request) instead of at its first trial.
-    pub fn workers(&self, base: &ProcessRunner, serve: Option<&Request>) -> Vec<Worker> {
+    /// One runner per slot; where the `--exec` command serves trials or may (`serve`), each keeps
+    /// its command between trials; where this dispatch keeps spares, each starts its command
+    /// ahead with `serve`'s request (the original's) instead of at its first trial.
+    pub fn workers(&self, base: &ProcessRunner, serve: Option<&(Request, Serves)>) -> Vec<Worker> {
         self.slots
             .iter()
             .map(|s| {
@@ -140,9 +142,9 @@ impl Dispatch {
                     ..base.clone()
                 };
                 match serve {
-                    Some(r) => {
+                    Some((r, serves)) => {
                         let ahead = self.spares.then(|| r.clone());
-                        Box::new(ServedRunner::new(runner, ahead)) as Worker
+                        Box::new(ServedRunner::new(runner, ahead, *serves)) as Worker
                     }
                     None => Box::new(runner) as Worker,
                 }

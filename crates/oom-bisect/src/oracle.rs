@@ -25,6 +25,7 @@ pub fn request(config: &Config, device: &DeviceSettings, fault: Option<Fault>) -
         // The runner sets it: it is how the worker holds the ceiling, not what is measured.
         ceiling_by: Default::default(),
         serve: false,
+        probe: false,
         fresh: false,
         ahead: false,
     }

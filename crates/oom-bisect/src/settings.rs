@@ -4,7 +4,7 @@
 
 mod ceiling;
 
-use crate::cli::{BackendArg, BisectArgs, ConfigArgs, DeviceArgs, Step};
+use crate::cli::{BackendArg, BisectArgs, ConfigArgs, DeviceArgs, ServeArg, Step};
 use crate::dispatch::{Dispatch, Placement};
 use crate::exit_codes::{self as code, user};
 use crate::gpus;
@@ -14,7 +14,7 @@ use ceiling::{ceiling_by, check_ceiling, choose_ceiling, CeilingKind};
 use deeplab::config::MemoryModel;
 use deeplab::{Architecture, Config};
 use oom_search::{Budget, SearchOptions};
-use oom_trial::{BackendKind, Ceiling, CeilingBy, Engine, Switches};
+use oom_trial::{BackendKind, Ceiling, CeilingBy, Engine, Serves, Switches};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -81,8 +81,8 @@ pub struct DeviceSettings {
     pub switches: Switches,
     /// How a CUDA ceiling is held (`--ceiling-by`); it decides how many trials share a GPU.
     pub ceiling_by: CeilingBy,
-    /// The `--exec` command serves trials in one process per worker (`--serve`).
-    pub serve: bool,
+    /// Whether the `--exec` command serves trials in one process per worker (`--serve`).
+    pub serve: Serves,
     /// What the user should hear about how this was resolved (a fallback to the CPU, no ceiling).
     pub notes: Vec<String>,
 }
@@ -129,7 +129,7 @@ impl DeviceSettings {
             device_name,
             trial_timeout: Duration::from_secs(args.trial_timeout.max(1)),
             ceiling_by,
-            serve: args.serve,
+            serve: serves(args.serve, &engine),
             engine,
             switches,
             notes,
@@ -171,8 +171,10 @@ impl DeviceSettings {
             }
             Engine::Train => {}
         }
-        if self.serve {
-            parts.push("--serve".into());
+        match self.serve {
+            Serves::Yes => parts.push("--serve on".into()),
+            Serves::No if self.exec_command().is_some() => parts.push("--serve off".into()),
+            _ => {}
         }
         parts.join(" ")
     }
@@ -202,6 +204,16 @@ impl DeviceSettings {
 
 /// A `--exec` command: one that is not empty. (It need not name `{config}`: a script may read
 /// `$OOM_BISECT_CONFIG` itself.)
+/// `--serve` for the engine: only a `--exec` command serves; left out, whether it does is found
+/// out from its first trial.
+fn serves(arg: Option<ServeArg>, engine: &Engine) -> Serves {
+    match (engine, arg) {
+        (Engine::Exec { .. }, None | Some(ServeArg::Auto)) => Serves::Unknown,
+        (Engine::Exec { .. }, Some(ServeArg::On)) => Serves::Yes,
+        _ => Serves::No,
+    }
+}
+
 fn check_exec(command: &str) -> Result<String> {
     if command.trim().is_empty() {
         return Err(user(code::USAGE, "--exec: the command is empty"));

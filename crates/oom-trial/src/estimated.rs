@@ -144,6 +144,7 @@ mod tests {
             switches: Default::default(),
             ceiling_by: Default::default(),
             serve: false,
+            probe: false,
             fresh: false,
             ahead: false,
         }

@@ -44,7 +44,7 @@ use std::path::Path;
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
-use torch_trace::TorchTrace;
+use torch_trace::{TorchTrace, Traced};
 
 /// The config file's path, in the command's environment.
 pub const CONFIG_ENV: &str = "OOM_BISECT_CONFIG";
@@ -127,13 +127,11 @@ pub fn command_line(command: &str, config: &Path) -> String {
 pub fn run(req: &Request, command: &str) -> Result<()> {
     let file = ConfigFile::write(&req.config)?;
     let held = hold(req)?;
-    // A process per trial: a PyTorch command's allocator is traced. A served command's trace
-    // would hold every trial it ran.
-    let trace = match req.serve {
-        true => None,
-        false => Some(TorchTrace::prepare(&file)?),
-    };
-    let mut cmd = Watched::start(command, &file.path, held, trace)?;
+    // A PyTorch command's allocator is traced; a served one's trace is written trial by trial,
+    // into the first request's directory, which lives as long as the command.
+    let trace = TorchTrace::prepare(&file)?;
+    let mut cmd = Watched::start(command, &file.path, held, trace, req.serve)?;
+    cmd.probing = req.probe;
     if req.serve {
         return serve(cmd, req, file);
     }
@@ -170,10 +168,11 @@ fn answer(f: Figures, id: Option<&str>) -> End {
 /// started ahead (`Request::ahead`) waits for its first trial with the command started.
 fn serve(mut cmd: Watched, first: &Request, file: ConfigFile) -> Result<()> {
     let mut requests = std::io::stdin().lines();
-    let (mut req, mut file) = (first.clone(), file);
+    // A later request's config; the first's directory holds the trace and stays to the end.
+    let (mut req, mut later) = (first.clone(), None::<ConfigFile>);
     if first.ahead {
         match next_request(&mut requests, first)? {
-            Some(next) => (req, file) = next,
+            Some((r, f)) => (req, later) = (r, Some(f)),
             None => {
                 cmd.close();
                 return Ok(());
@@ -182,7 +181,7 @@ fn serve(mut cmd: Watched, first: &Request, file: ConfigFile) -> Result<()> {
     }
     loop {
         cmd.held.emit_start();
-        let id = cmd.give(&file.path);
+        let id = cmd.give(&later.as_ref().unwrap_or(&file).path);
         let mut trial = Trial::default();
         match cmd.watch(&mut trial, deadline(&req), Some(&id))? {
             End::Served(done) => cmd.served(done, trial),
@@ -191,9 +190,8 @@ fn serve(mut cmd: Watched, first: &Request, file: ConfigFile) -> Result<()> {
                 return Ok(());
             }
         }
-        drop(file);
         match next_request(&mut requests, first)? {
-            Some(next) => (req, file) = next,
+            Some((r, f)) => (req, later) = (r, Some(f)),
             None => break,
         }
     }
@@ -234,8 +232,11 @@ struct Watched {
     lines: Receiver<Line>,
     held: Held,
     contain: Containment,
-    /// Where a command in a process of its own writes its allocator trace (a PyTorch one).
-    trace: Option<TorchTrace>,
+    /// Where the command writes its allocator trace (a PyTorch one).
+    trace: TorchTrace,
+    /// A served command not yet shown to serve (`Request::probe`): ending its trial instead of
+    /// answering it is a trial run as a process of its own, not a broken protocol.
+    probing: bool,
 }
 
 /// One trial's readings.
@@ -269,17 +270,16 @@ enum End {
 }
 
 impl Watched {
-    /// Starts the command; without a trace it serves trials (`--serve`).
+    /// Starts the command; with `serve`, to serve trials (`--serve`).
     fn start(
         command: &str,
         config: &Path,
         held: Held,
-        trace: Option<TorchTrace>,
+        trace: TorchTrace,
+        serve: bool,
     ) -> Result<Watched> {
         let contain = Containment::new();
-        let serve = trace.is_none();
-        let env = trace.as_ref().map(TorchTrace::env).unwrap_or_default();
-        let (mut child, output) = spawn(command, config, &held, &env, &contain, serve)?;
+        let (mut child, output) = spawn(command, config, &held, &trace.env(), &contain, serve)?;
         Ok(Watched {
             input: child.stdin.take(),
             lines: read_output(output, serve),
@@ -287,6 +287,7 @@ impl Watched {
             held,
             contain,
             trace,
+            probing: false,
         })
     }
 
@@ -328,10 +329,16 @@ impl Watched {
 
     /// A served command's trial is over; the command lives on for the next.
     fn served(&mut self, done: Figures, mut trial: Trial) {
+        self.probing = false;
         let fits = done.trial_done.as_deref() == Some("fits");
         let mut output = trial.output.take().unwrap_or_default();
         if let Some(m) = done.message {
             output.push(m);
+        }
+        // Read whatever the verdict: a trace left behind would be taken for the next trial's.
+        let trace = self.trace.take();
+        if fits {
+            self.replay_trace(trace, trial.peak.sampled);
         }
         trial.peak.flush();
         let (peak_bytes, peak_source) = trial.peak.best(&self.held);
@@ -355,7 +362,8 @@ impl Watched {
             End::Served(_) => unreachable!("a served trial's end is `served`"),
         };
         // A served command gone with a request out, as if it had answered: it never did.
-        let unanswered = (self.input.is_some() && status.is_some_and(|s| s.success())).then(|| {
+        let owed = self.input.is_some() && !self.probing;
+        let unanswered = (owed && status.is_some_and(|s| s.success())).then(|| {
             "the command ended without answering its trial (a served command answers each \
              request with a trial_done line)"
                 .to_string()
@@ -376,7 +384,7 @@ impl Watched {
             }
         }
         if status.is_some_and(|s| s.success()) {
-            self.replay_trace(trial.peak.sampled);
+            self.replay_trace(self.trace.take(), trial.peak.sampled);
         }
         trial.peak.flush();
         let (peak_bytes, peak_source) = trial.peak.best(&self.held);
@@ -400,8 +408,8 @@ impl Watched {
     /// trial's stream is. What the command held outside its allocator (its CUDA context, loaded
     /// kernels) is its highest device reading (`sampled`) less the most the allocator reserved,
     /// and counts in its need; on the CPU it is not known.
-    fn replay_trace(&self, sampled: Option<u64>) {
-        let Some(read) = self.trace.as_ref().and_then(TorchTrace::read) else {
+    fn replay_trace(&self, trace: Option<Result<Traced>>, sampled: Option<u64>) {
+        let Some(read) = trace else {
             return;
         };
         let traced = match read {

@@ -35,7 +35,7 @@ pub use runner::{
     install_interrupt_handler, kill_running_trials, parse_events, ProcessRunner, TrialRunner,
     MAX_RUNNING,
 };
-pub use served::ServedRunner;
+pub use served::{ServedRunner, Serves};
 pub use switches::Switches;
 pub use trial_report::{ChildExit, OomInfo, StageMemory, StepRecord, TrialOutcome, TrialReport};
 

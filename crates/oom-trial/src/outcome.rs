@@ -110,6 +110,7 @@ fn read_event(r: &mut TrialReport, t: &mut Trace, e: &ChildEvent) {
         ChildEvent::Exited(x) => {
             r.peak_bytes = x.peak_bytes;
             r.peak_source = x.peak_source.clone();
+            r.served = x.served;
             t.exited = Some(x.clone());
         }
         ChildEvent::Replayed(x) => r.allocator = Some(x.clone()),

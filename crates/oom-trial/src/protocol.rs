@@ -134,6 +134,11 @@ pub struct Request {
     /// on its stdin ([`crate::served`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub serve: bool,
+    /// A served holder whose command has not yet shown that it serves (`--serve auto`): a command
+    /// that ends its trial instead of answering it ran the trial as a process of its own would
+    /// (its config is also on its command line), and its exit is the verdict.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub probe: bool,
     /// A re-run (confirmation): measured in a process of its own, never by a served command that
     /// has run other trials before, so that a confirmed boundary holds for a fresh start.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

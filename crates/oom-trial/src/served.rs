@@ -47,6 +47,18 @@ const STOP_GRACE: Duration = Duration::from_secs(4);
 /// How long a holder's last events and output may take to arrive once it ended.
 const LAST_EVENTS: Duration = Duration::from_secs(2);
 
+/// Whether a `--exec` command serves trials (`--serve on|off|auto`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Serves {
+    /// It runs one trial per process (`--serve off`).
+    No,
+    /// Not known until its first trial (`--serve auto`): a command that ends that trial instead of
+    /// answering it runs one trial per process from then on.
+    Unknown,
+    /// It serves (`--serve on`, or shown by its first answer).
+    Yes,
+}
+
 /// A worker whose `--exec` command serves its trials (see the module documentation).
 pub struct ServedRunner {
     base: ProcessRunner,
@@ -57,17 +69,22 @@ pub struct ServedRunner {
     /// The request holders are started ahead for (its backend and ceiling; its config only names
     /// a file on the command line), where the dispatch has room for them beside the trials.
     ahead: Option<Request>,
+    /// Whether the command serves; `Unknown` until its first trial ends (then no holder starts
+    /// ahead: a command that does not serve would run the config on its command line instead of
+    /// waiting for its request).
+    serves: Mutex<Serves>,
 }
 
 impl ServedRunner {
-    /// A served worker; with `ahead`, its holder and a spare start at once, so that its first
-    /// trial and its first re-run find the command already started.
-    pub fn new(base: ProcessRunner, ahead: Option<Request>) -> ServedRunner {
+    /// A served worker; with `ahead`, its holder and a spare start at once (once the command is
+    /// known to serve), so that its first trial and its first re-run find it already started.
+    pub fn new(base: ProcessRunner, ahead: Option<Request>, serves: Serves) -> ServedRunner {
         let runner = ServedRunner {
             base,
             holder: Mutex::new(None),
             spare: Mutex::new(None),
             ahead,
+            serves: Mutex::new(serves),
         };
         *lock(&runner.holder) = runner.start_ahead();
         runner.keep_spare();
@@ -76,6 +93,9 @@ impl ServedRunner {
 
     /// A holder started ahead of its first trial, for `ahead`'s backend and ceiling.
     fn start_ahead(&self) -> Option<Holder> {
+        if *lock(&self.serves) != Serves::Yes {
+            return None;
+        }
         let template = self.ahead.as_ref()?;
         let holds = (template.backend, template.ceiling);
         let mut h = Holder::start(&self.base, holds).ok()?;
@@ -123,6 +143,9 @@ struct Holder {
 
 impl TrialRunner for ServedRunner {
     fn run(&self, request: &Request) -> TrialReport {
+        if *lock(&self.serves) == Serves::No {
+            return self.base.run(request);
+        }
         let mut holder = lock(&self.holder);
         let holds = (request.backend, request.ceiling);
         // A re-run needs a process that ran no trial before; any trial needs its ceiling.
@@ -163,8 +186,10 @@ impl ServedRunner {
         request: &Request,
         started: Instant,
     ) -> (TrialReport, Option<Holder>) {
+        let probe = *lock(&self.serves) == Serves::Unknown;
         let request = Request {
             serve: true,
+            probe,
             ..self.base.holder_request(request)
         };
         h.send(&request);
@@ -176,11 +201,26 @@ impl ServedRunner {
             .any(|e| matches!(e, ChildEvent::Exited(x) if x.served));
         let secs = || started.elapsed().as_secs_f64();
         if served {
+            self.learn(probe, Serves::Yes);
             return (assemble(&events, ChildExit::Code(0), "", secs()), Some(h));
         }
         let (exit, more, stderr) = h.end(&self.base, started, &request);
         let all: Vec<ChildEvent> = events.into_iter().chain(more).collect();
+        // Ended by its own exit, neither answering nor breaking the protocol: it does not serve.
+        let ran_alone = all.iter().any(|e| {
+            matches!(e, ChildEvent::Exited(x) if x.code.is_some() && x.broke.is_none())
+        });
+        if ran_alone {
+            self.learn(probe, Serves::No);
+        }
         (assemble(&all, exit, &stderr, secs()), None)
+    }
+
+    /// What a probing trial showed of the command (a command known to serve stays so).
+    fn learn(&self, probe: bool, serves: Serves) {
+        if probe {
+            *lock(&self.serves) = serves;
+        }
     }
 }
 

@@ -118,6 +118,10 @@ pub struct TrialReport {
     /// memory's verdict; the report says the training itself would not have learned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diverged: Option<String>,
+    /// `--exec`: a command that serves trials answered this one (it did not run in a process of
+    /// its own).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub served: bool,
     /// A built-in trial that ran to its end: its stream replayed through PyTorch's allocator.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocator: Option<Replayed>,
@@ -164,6 +168,7 @@ impl TrialReport {
             place: None,
             peak_source: None,
             diverged: None,
+            served: false,
             allocator: None,
         }
     }

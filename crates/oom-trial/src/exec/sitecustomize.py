@@ -3,8 +3,11 @@ the command's script. oom-bisect writes this file as `sitecustomize.py` into the
 directory and puts that directory first on PYTHONPATH; Python imports it at start-up. It does
 nothing until the script imports torch, then turns on `torch.cuda.memory._record_memory_history`
 (no stack traces: cheap) and, when the interpreter exits (after an uncaught exception too), writes
-the trace's events to $OOM_BISECT_TORCH_TRACE for oom-bisect to replay. A sitecustomize of the
-user's own, further along the path, still runs after this one.
+the trace's events to $OOM_BISECT_TORCH_TRACE for oom-bisect to replay. A command that serves
+trials ($OOM_BISECT_SERVE=1) has each trial's events written as it answers the trial: the trace is
+written, then its `trial_done` line goes out, so that oom-bisect finds the trial's trace complete
+when it reads the answer. A sitecustomize of the user's own, further along the path, still runs
+after this one.
 """
 
 import os
@@ -12,6 +15,8 @@ import sys
 
 _OUT = os.environ.get("OOM_BISECT_TORCH_TRACE")
 _HERE = os.path.dirname(os.path.abspath(__file__))
+# Events already written: a served command's trial is what its allocator did since its last answer.
+_written = 0
 
 
 def _record(torch):
@@ -28,15 +33,36 @@ def _record(torch):
     import atexit
 
     atexit.register(_write, torch)
+    if os.environ.get("OOM_BISECT_SERVE") == "1":
+        sys.stdout = _Answers(sys.stdout, torch)
+
+
+class _Answers:
+    """A served command's stdout: a trial's trace is written as the trial's answer goes out."""
+
+    def __init__(self, out, torch):
+        self._out = out
+        self._torch = torch
+
+    def write(self, text):
+        if '"trial_done"' in text:
+            _write(self._torch)
+        return self._out.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self._out, name)
 
 
 def _write(torch):
+    """The events since the last write, as $OOM_BISECT_TORCH_TRACE (replaced whole)."""
+    global _written
     import json
 
     try:
         snapshot = torch.cuda.memory._snapshot()
-        traces = snapshot.get("device_traces") or [[]]
-        events = [[t["action"], t["addr"], t["size"], t["stream"]] for t in traces[0]]
+        traces = (snapshot.get("device_traces") or [[]])[0]
+        events = [[t["action"], t["addr"], t["size"], t["stream"]] for t in traces[_written:]]
+        _written = len(traces)
         tmp = _OUT + ".part"
         with open(tmp, "w") as f:
             json.dump({"events": events}, f)

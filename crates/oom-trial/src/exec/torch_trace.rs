@@ -1,7 +1,7 @@
 //! A PyTorch command's allocator trace (`--exec`): the `sitecustomize.py` that records it without
 //! a change to the script, and the trace read back as the stream `pytorch-allocator` replays.
-//! Only a command run in a process of its own per trial is traced: a served command's trace would
-//! hold every trial it ran.
+//! A served command's sitecustomize writes each trial's events as the trial is answered; each
+//! trace is taken (read and removed) once.
 
 use super::config_file::ConfigFile;
 use anyhow::{bail, Context as _, Result};
@@ -60,9 +60,11 @@ impl TorchTrace {
         ]
     }
 
-    /// The trace the command wrote, if it wrote one (it imported torch with CUDA).
-    pub fn read(&self) -> Option<Result<Traced>> {
+    /// The trace the command wrote since the last one was taken, if it wrote one (it imported
+    /// torch with CUDA); removed, so that it is never read for a later trial.
+    pub fn take(&self) -> Option<Result<Traced>> {
         let f = std::fs::File::open(&self.path).ok()?;
+        let _ = std::fs::remove_file(&self.path);
         Some(read_trace(f).with_context(|| format!("the allocator trace {}", self.path.display())))
     }
 }

@@ -207,9 +207,9 @@ impl ServedRunner {
         let (exit, more, stderr) = h.end(&self.base, started, &request);
         let all: Vec<ChildEvent> = events.into_iter().chain(more).collect();
         // Ended by its own exit, neither answering nor breaking the protocol: it does not serve.
-        let ran_alone = all.iter().any(|e| {
-            matches!(e, ChildEvent::Exited(x) if x.code.is_some() && x.broke.is_none())
-        });
+        let ran_alone = all
+            .iter()
+            .any(|e| matches!(e, ChildEvent::Exited(x) if x.code.is_some() && x.broke.is_none()));
         if ran_alone {
             self.learn(probe, Serves::No);
         }

@@ -110,7 +110,7 @@ impl AxisKind {
             AxisKind::Batch => Some("measured on an H200: 16-33% lower"),
             AxisKind::Size => Some("measured on an H200: about 4% lower"),
             AxisKind::Stride => Some("measured on an H200: the same"),
-            AxisKind::Depth => Some("measured on an H200: one block earlier"),
+            AxisKind::Depth => Some("measured on an H200: one or two blocks earlier"),
             AxisKind::Phase => None,
         }
     }

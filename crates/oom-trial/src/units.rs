@@ -31,13 +31,15 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "m" | "mib" => 1024.0 * 1024.0,
         "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
         "t" | "tib" => 1024f64.powi(4),
+        "p" | "pib" => 1024f64.powi(5),
         "kb" => 1e3,
         "mb" => 1e6,
         "gb" => 1e9,
         "tb" => 1e12,
+        "pb" => 1e15,
         other => {
             return Err(format!(
-                "`{s}`: unknown unit `{other}` (allowed: B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
+                "`{s}`: unknown unit `{other}` (allowed: B, KiB, MiB, GiB, TiB, PiB, KB, MB, GB, TB, PB)"
             ))
         }
     };
@@ -59,6 +61,8 @@ mod tests {
         assert_eq!(parse_size("1073741824").unwrap(), 1 << 30);
         assert_eq!(parse_size("1.5 GiB").unwrap(), 3 << 29);
         assert_eq!(parse_size("2GB").unwrap(), 2_000_000_000);
+        // The largest ceiling taken is 1 PiB: its own unit reads.
+        assert_eq!(parse_size("1PiB").unwrap(), 1 << 50);
         assert!(parse_size("24 parsecs")
             .unwrap_err()
             .contains("unknown unit"));

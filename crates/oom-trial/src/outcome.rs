@@ -43,6 +43,14 @@ pub fn assemble(
     r
 }
 
+/// How a `--exec` holder's command ended: its peak, and whether it served the trial.
+fn read_exit(r: &mut TrialReport, t: &mut Trace, x: &Exited) {
+    r.peak_bytes = x.peak_bytes;
+    r.peak_source = x.peak_source.clone();
+    r.served = x.served;
+    t.exited = Some(x.clone());
+}
+
 /// Folds one event into the report.
 fn read_event(r: &mut TrialReport, t: &mut Trace, e: &ChildEvent) {
     match e {
@@ -107,12 +115,7 @@ fn read_event(r: &mut TrialReport, t: &mut Trace, e: &ChildEvent) {
             loss: *loss,
         }),
         ChildEvent::Panic { thread, message } => t.panics.push((thread.clone(), message.clone())),
-        ChildEvent::Exited(x) => {
-            r.peak_bytes = x.peak_bytes;
-            r.peak_source = x.peak_source.clone();
-            r.served = x.served;
-            t.exited = Some(x.clone());
-        }
+        ChildEvent::Exited(x) => read_exit(r, t, x),
         ChildEvent::Replayed(x) => r.allocator = Some(x.clone()),
         ChildEvent::Done {
             check,

@@ -12,6 +12,12 @@
 //! else a holder started for it; either way the command is served its one trial as it serves any,
 //! never started another way.
 //!
+//! Whether a command serves may be unknown (`--serve auto`, [`Serves::Unknown`]): its first
+//! trial is then a probe (`Request::probe`), given as a served one with the trial's config also on
+//! the command line. A command that answers serves from then on; one that ends its trial instead
+//! ran it as a process of its own would (its exit is the verdict), and every later trial of the
+//! worker runs in a fresh process ([`ProcessRunner`]). No holder starts ahead while it is unknown.
+//!
 //! The protocol cannot be fooled into a fit: each request carries a random `id` that its
 //! `trial_done` must echo; an answer with no request out, naming another request or given twice,
 //! and a command that ends (exit 0) with a request unanswered, are errors (`Exited::broke`), and

@@ -804,3 +804,105 @@ fn a_cpu_command_resident_memory_is_never_called_its_need() {
         );
     }
 }
+
+/// A stand-in for PyTorch whose trace grows trial by trial, named as PyTorch names its entries (an
+/// out-of-memory's has `device_free` where the others have `addr`), and a command on it that
+/// serves: batch × 10 MiB allocated, more than 4 runs out of memory.
+const GROWING_TORCH: &str = r#"
+MIB = 1 << 20
+_events = []
+
+class _Memory:
+    def _record_memory_history(self, **how):
+        pass
+
+    def _snapshot(self):
+        return {"device_traces": [[dict(action=a, size=s, stream=0,
+                                        **{"device_free" if a == "oom" else "addr": x})
+                                   for a, x, s in _events]]}
+
+class cuda:
+    memory = _Memory()
+
+    @staticmethod
+    def is_available():
+        return True
+"#;
+const GROWING_COMMAND: &str = r#"
+import json, os, sys, tomllib, torch
+def trial(path, n):
+    b = tomllib.load(open(path, "rb"))["data"]["batch"]
+    torch._events.append(("alloc", n, b * 10 * torch.MIB))
+    if b > 4:
+        torch._events.append(("oom", 0, 0))
+        return "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB"
+    torch._events.append(("free_completed", n, b * 10 * torch.MIB))
+if os.environ.get("OOM_BISECT_SERVE") == "1":
+    for n, line in enumerate(sys.stdin):
+        r = json.loads(line)
+        failed = trial(r["config"], n)
+        done = {"trial_done": "failed", "message": failed} if failed else {"trial_done": "fits"}
+        print(json.dumps({"oom_bisect": {**done, "id": r["id"]}}), flush=True)
+elif failed := trial(sys.argv[1], 0):
+    sys.exit(failed)
+"#;
+
+/// Each served trial is replayed from its own part of the command's trace, also after a trial that
+/// ran out of memory in the same process: every fit carries its need.
+#[test]
+fn a_served_pytorch_command_is_replayed_trial_by_trial() {
+    let d = tmp("served-traced");
+    std::fs::create_dir_all(d.join("fake/torch")).unwrap();
+    write(&d.join("fake/torch"), "__init__.py", GROWING_TORCH);
+    let script = write(&d, "serve.py", GROWING_COMMAND);
+    let cfg = write(&d, "toy.toml", TOY);
+    let (j, journal) = (d.join("r.json"), d.join("j"));
+    let args = [
+        "bisect",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--memory-limit",
+        "1GiB",
+        "--axes",
+        "batch",
+        "--jobs",
+        "1",
+        "-q",
+        "--fresh",
+        "--journal",
+        journal.to_str().unwrap(),
+        "--json",
+        j.to_str().unwrap(),
+    ];
+    let command = format!("python3 {} {{config}}", script.display());
+    let fake = d.join("fake");
+    let o = run_exec(
+        &d,
+        &args,
+        &command,
+        &[("PYTHONPATH", fake.to_str().unwrap())],
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let r = json(&j);
+    assert_eq!(
+        batch_boundary(&r),
+        ("data.batch=4".into(), "data.batch=5".into())
+    );
+    let list = r["trials"]["list"].as_array().unwrap();
+    assert!(
+        list[0]["measurement"]["outcome"] == "oom",
+        "{}",
+        r["trials"]
+    );
+    for t in list
+        .iter()
+        .filter(|t| t["measurement"]["outcome"] == "fits")
+    {
+        let batch: u64 = t["candidate"]["sets"]["data.batch"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(t["measurement"]["need_bytes"], (batch * 10) << 20, "{t}");
+    }
+}

@@ -61,8 +61,13 @@ def _write(torch):
     try:
         snapshot = torch.cuda.memory._snapshot()
         traces = (snapshot.get("device_traces") or [[]])[0]
-        events = [[t["action"], t["addr"], t["size"], t["stream"]] for t in traces[_written:]]
-        _written = len(traces)
+        # Counted first: an entry that cannot be read is never read again for a later trial.
+        new, _written = traces[_written:], len(traces)
+        # An out-of-memory's entry names the device's free bytes where the others name an address.
+        events = [
+            [t["action"], t.get("addr", t.get("device_free", 0)), t.get("size", 0), t.get("stream", 0)]
+            for t in new
+        ]
         tmp = _OUT + ".part"
         with open(tmp, "w") as f:
             json.dump({"events": events}, f)

@@ -108,7 +108,8 @@ pub struct DeviceArgs {
     /// `trial_done` line; guide, "Served trials"), so that a trial does not pay its start; re-runs
     /// that confirm a boundary still run in a command that served no trial before. `auto` finds
     /// out from the first trial (a command that ends it instead of answering runs one trial per
-    /// process from then on); `--serve` alone is `on` [default: auto]
+    /// process from then on); `--serve` alone is `on` [default: auto; `trial` runs its one trial
+    /// in a process of its own unless `on`]
     #[arg(long, value_enum, value_name = "auto|on|off", num_args = 0..=1,
           default_missing_value = "on", requires = "exec")]
     pub serve: Option<ServeArg>,

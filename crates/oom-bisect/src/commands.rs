@@ -469,9 +469,14 @@ pub fn trial(args: &TrialArgs) -> Result<i32> {
     }
     let req = request(&w.config, &device, fault);
     // Served, the command gets its trial as a served one: a check of its side of the protocol.
+    // One trial gains nothing from a command that serves: served only where asked for, as a
+    // check of the command's side; otherwise in a process of its own, whose peak is its largest
+    // resident set rather than a sampled one.
     let r = match device.serve {
-        oom_trial::Serves::No => runner(&device).run(&req),
-        serves => oom_trial::ServedRunner::new(runner(&device), None, serves).run(&req),
+        oom_trial::Serves::Yes => {
+            oom_trial::ServedRunner::new(runner(&device), None, device.serve).run(&req)
+        }
+        _ => runner(&device).run(&req),
     };
     let estimate = device.engine == oom_trial::Engine::Estimate;
     show!("{}", output::trial_table::trial_table(&r, estimate));

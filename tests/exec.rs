@@ -653,11 +653,17 @@ fn a_pytorch_commands_allocator_trace_is_replayed_without_touching_its_script() 
 
 /// A served bisect over `command` (the toy config under 80 MiB, batch axis): its output and JSON.
 fn served_command_bisect(name: &str, command: &str) -> (Output, Value) {
-    command_bisect(name, command, &["--serve"])
+    command_bisect(name, command, &["--serve"], &[])
 }
 
-/// The toy config's batch axis bisected through `command` with `serve` (the `--serve` flags).
-fn command_bisect(name: &str, command: &str, serve: &[&str]) -> (Output, Value) {
+/// The toy config's batch axis bisected through `command` with `serve` (the `--serve` flags) and
+/// `env` in its environment.
+fn command_bisect(
+    name: &str,
+    command: &str,
+    serve: &[&str],
+    env: &[(&str, &str)],
+) -> (Output, Value) {
     let d = tmp(name);
     let cfg = write(&d, "toy.toml", TOY);
     let (j, journal) = (d.join("r.json"), d.join("j"));
@@ -678,7 +684,7 @@ fn command_bisect(name: &str, command: &str, serve: &[&str]) -> (Output, Value) 
         "--json",
         j.to_str().unwrap(),
     ];
-    let o = run_exec(&d, &[&args[..], serve].concat(), command, &[]);
+    let o = run_exec(&d, &[&args[..], serve].concat(), command, env);
     (o, json_if_written(&j))
 }
 
@@ -694,7 +700,7 @@ fn whether_a_command_serves_is_found_out_from_its_first_trial() {
         ("auto-alone", not_serving.clone(), &[][..]),
         ("auto-off", trainer(), &["--serve", "off"][..]),
     ] {
-        let (o, r) = command_bisect(name, &command, flags);
+        let (o, r) = command_bisect(name, &command, flags, &[]);
         assert_eq!(code(&o), 0, "{name}: {}", text(&o));
         assert_eq!(batch_boundary(&r), want, "{name}");
         let said = text(&o).contains("your command (served:");
@@ -851,39 +857,15 @@ elif failed := trial(sys.argv[1], 0):
 /// ran out of memory in the same process: every fit carries its need.
 #[test]
 fn a_served_pytorch_command_is_replayed_trial_by_trial() {
-    let d = tmp("served-traced");
+    let d = tmp("served-traced-command");
     std::fs::create_dir_all(d.join("fake/torch")).unwrap();
     write(&d.join("fake/torch"), "__init__.py", GROWING_TORCH);
     let script = write(&d, "serve.py", GROWING_COMMAND);
-    let cfg = write(&d, "toy.toml", TOY);
-    let (j, journal) = (d.join("r.json"), d.join("j"));
-    let args = [
-        "bisect",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--memory-limit",
-        "1GiB",
-        "--axes",
-        "batch",
-        "--jobs",
-        "1",
-        "-q",
-        "--fresh",
-        "--journal",
-        journal.to_str().unwrap(),
-        "--json",
-        j.to_str().unwrap(),
-    ];
     let command = format!("python3 {} {{config}}", script.display());
     let fake = d.join("fake");
-    let o = run_exec(
-        &d,
-        &args,
-        &command,
-        &[("PYTHONPATH", fake.to_str().unwrap())],
-    );
+    let env = [("PYTHONPATH", fake.to_str().unwrap())];
+    let (o, r) = command_bisect("served-traced", &command, &[], &env);
     assert_eq!(code(&o), 0, "{}", text(&o));
-    let r = json(&j);
     assert_eq!(
         batch_boundary(&r),
         ("data.batch=4".into(), "data.batch=5".into())

@@ -317,6 +317,10 @@ impl BisectSettings {
             // live bytes alone pass the ceiling.
             need_from_original: device.backend == BackendKind::Cpu
                 && replayed(&device, &workload.config),
+            // A run under the ceiling stops at an out-of-memory without a need (on the CPU too,
+            // where its live bytes pass the ceiling): where needs are replayed, the axes probe
+            // without it, and the sides found run under it.
+            probe_without_ceiling: replayed(&device, &workload.config),
         };
         let d = &device;
         let experiment = crate::experiment::id(

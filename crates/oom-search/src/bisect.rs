@@ -96,6 +96,14 @@ pub fn bisect_axis(
         confirm_runs: opts.confirm_runs,
         ceiling: opts.ceiling,
         rerun_within: opts.rerun_within,
+        predict: opts.predict,
+        // Only a prediction reads a need: without one (values with no x) a free probe would only
+        // add a certificate.
+        free: opts.probe_without_ceiling
+            && opts.predict
+            && opts.ceiling.is_some()
+            && axis.values.iter().all(|v| v.x.is_some()),
+        ends: (lo, hi),
     };
     if let Some((last_fit, first_oom)) = search.secant_on_needs(s, lo, hi, opts) {
         return search.certified(s, last_fit, first_oom);
@@ -108,12 +116,8 @@ pub fn bisect_axis(
     let mut predictor = Predictor::new(axis, opts);
     predictor.note(bottom.index, &bottom.measurement);
     predictor.note(top.index, &top.measurement);
-    let (last_fit, first_oom, skipped) = search.narrow(s, bottom, top, &mut predictor);
-    if first_oom.index - last_fit.index > 1 {
-        let verdict = search.gap(last_fit, first_oom, &skipped);
-        return search.done(s, verdict, 0);
-    }
-    search.certified(s, last_fit, first_oom)
+    search.note_top_need(s, &top, &mut predictor);
+    search.narrowed(s, bottom, top, &mut predictor)
 }
 
 /// [`bisect_axis`], then, on an axis with [`Axis::fine`] values, the boundary narrowed on them: the
@@ -129,6 +133,11 @@ pub fn bisect_axis_finely(
     if axis.fine.is_empty() {
         return bisect_axis(s, axis, base, lo, hi, opts);
     }
+    if opts.probe_without_ceiling {
+        // Every probe says its need: lines through needs find the fine boundary as directly as
+        // the coarse one, without a coarse boundary first.
+        return on_fine_values(s, axis, base, (lo, hi), (lo, hi), opts);
+    }
     let coarse_opts = AxisOptions {
         confirm_runs: 0,
         ..*opts
@@ -142,13 +151,36 @@ pub fn bisect_axis_finely(
     else {
         return coarse;
     };
-    let at = |p: &Probe| {
+    let (a, b) = (last_fit.index, first_oom.index);
+    let fine = on_fine_values(s, axis, base, (a, b), (lo, hi), opts);
+    AxisSearch {
+        trials: coarse.trials + fine.trials,
+        plain_bisection: fine.plain_bisection + coarse.plain_bisection,
+        ..fine
+    }
+}
+
+/// The search on the fine values between the values `coarse` (indices into [`Axis::values`]); where
+/// either is not among the fine values, on the values between `whole` alone.
+fn on_fine_values(
+    s: &mut Searcher<'_>,
+    axis: &Axis,
+    base: &Candidate,
+    coarse: (usize, usize),
+    whole: (usize, usize),
+    opts: &AxisOptions,
+) -> AxisSearch {
+    let at = |i: usize| {
         axis.fine
             .iter()
-            .position(|v| v.value == axis.values[p.index].value)
+            .position(|v| v.value == axis.values[i].value)
     };
-    let (Some(a), Some(b)) = (at(last_fit), at(first_oom)) else {
-        return coarse;
+    let (Some(a), Some(b)) = (at(coarse.0), at(coarse.1)) else {
+        let coarse_only = Axis {
+            fine: vec![],
+            ..axis.clone()
+        };
+        return bisect_axis(s, &coarse_only, base, whole.0, whole.1, opts);
     };
     let original_value = &axis.values[axis.original].value;
     let sub = Axis {
@@ -161,12 +193,7 @@ pub fn bisect_axis_finely(
         fine: vec![],
         ..axis.clone()
     };
-    let fine = bisect_axis(s, &sub, base, 0, b - a, opts);
-    AxisSearch {
-        trials: coarse.trials + fine.trials,
-        plain_bisection: plain_bisection_trials(b - a + 1) + coarse.plain_bisection,
-        ..fine
-    }
+    bisect_axis(s, &sub, base, 0, b - a, opts)
 }
 
 /// ceil(log2(n)) + 2: both ends, then halving the interval.
@@ -191,6 +218,7 @@ enum Ends {
 }
 
 /// One axis being searched: what every step needs to probe and to report.
+#[derive(Clone, Copy)]
 struct Search<'a> {
     axis: &'a Axis,
     base: &'a Candidate,
@@ -202,26 +230,96 @@ struct Search<'a> {
     ceiling: Option<u64>,
     /// See [`AxisOptions::rerun_within`].
     rerun_within: Option<f64>,
+    predict: bool,
+    /// Probes inside the interval run without the ceiling ([`AxisOptions::probe_without_ceiling`]).
+    free: bool,
+    /// The indices the search began between.
+    ends: (usize, usize),
 }
 
 impl Search<'_> {
+    /// The trial at value `i`, under the ceiling (or, where the search probes without it and that
+    /// run was made, read from it).
     fn probe(&self, s: &mut Searcher<'_>, i: usize, lo: usize, hi: usize) -> Probe {
+        self.probe_as(s, i, (lo, hi), false)
+    }
+
+    /// The trial at value `i` inside the interval `lo..hi`: without the ceiling where the search
+    /// probes so, unless an out-of-memory or a fit there would close the interval (a neighbour of
+    /// an end): that run is then the certificate, and a need it would not say is needed no more.
+    fn probe_inside(&self, s: &mut Searcher<'_>, i: usize, lo: usize, hi: usize) -> Probe {
+        self.probe_as(s, i, (lo, hi), self.runs_free(i, lo, hi))
+    }
+
+    fn runs_free(&self, i: usize, lo: usize, hi: usize) -> bool {
+        self.free && i > lo + 1 && i + 1 < hi
+    }
+
+    /// The candidate [`Search::probe_inside`] runs for value `j` (what to start ahead).
+    fn inside(&self, j: usize, lo: usize, hi: usize) -> Candidate {
+        let c = self.axis.at(self.base, j);
+        match self.runs_free(j, lo, hi) {
+            true => c.without_ceiling(),
+            false => c,
+        }
+    }
+
+    /// The value's run under the ceiling where it was made; else, where the search probes without
+    /// the ceiling, its run without it (made now if `free`), read against the ceiling; else a run
+    /// under the ceiling.
+    fn probe_as(
+        &self,
+        s: &mut Searcher<'_>,
+        i: usize,
+        (lo, hi): (usize, usize),
+        free: bool,
+    ) -> Probe {
         let values = &self.axis.values;
         let c = self.axis.at(self.base, i);
-        let m = s.measure(
-            &c,
-            Purpose::Axis {
-                axis: self.axis.name.clone(),
-                lo: values[lo].label.clone(),
-                hi: values[hi].label.clone(),
-            },
-        );
+        let purpose = Purpose::Axis {
+            axis: self.axis.name.clone(),
+            lo: values[lo].label.clone(),
+            hi: values[hi].label.clone(),
+        };
+        let unbounded = c.without_ceiling();
+        let read_free =
+            self.free && s.known(&c).is_none() && (free || s.known(&unbounded).is_some());
+        let m = match (read_free, self.ceiling) {
+            (true, Some(ceiling)) => under_ceiling(&s.measure(&unbounded, purpose), ceiling),
+            _ => s.measure(&c, purpose),
+        };
         Probe {
             index: i,
             label: values[i].label.clone(),
             candidate: c,
             measurement: m,
         }
+    }
+
+    /// Where the top ran out of memory under the ceiling without saying its need, the need its run
+    /// without the ceiling said (the original's, measured first where probes run without it).
+    fn note_top_need(&self, s: &Searcher<'_>, top: &Probe, predictor: &mut Predictor) {
+        if top.measurement.need_bytes.is_none() {
+            if let Some(m) = s.known(&top.candidate.without_ceiling()) {
+                predictor.note(top.index, m);
+            }
+        }
+    }
+
+    /// Narrows the interval between `bottom` and `top`, and certifies the boundary found.
+    fn narrowed(
+        &self,
+        s: &mut Searcher<'_>,
+        bottom: Probe,
+        top: Probe,
+        predictor: &mut Predictor,
+    ) -> AxisSearch {
+        let (last_fit, first_oom, skipped) = self.narrow(s, bottom, top, predictor);
+        if first_oom.index - last_fit.index > 1 {
+            let verdict = self.gap(last_fit, first_oom, &skipped);
+            return self.done(s, verdict, 0);
+        }
+        self.certified(s, last_fit, first_oom)
     }
 
     fn done(&self, s: &Searcher<'_>, verdict: AxisVerdict, confirmations: usize) -> AxisSearch {
@@ -262,17 +360,25 @@ impl Search<'_> {
         format!("{}; the axis was not searched", self.unmeasured_note(p))
     }
 
-    /// Neighbours found: re-run their sides where they may differ ([`Search::reruns`]), and say
-    /// whether the boundary held.
+    /// Neighbours found: a side read from a run without the ceiling runs under it (the device's
+    /// certificate), then the sides are re-run where they may differ ([`Search::reruns`]), and the
+    /// verdict says whether the boundary held.
     fn certified(&self, s: &mut Searcher<'_>, last_fit: Probe, first_oom: Probe) -> AxisSearch {
+        let before = s.trial_count();
+        let (last_fit, first_oom) = match self.certify(s, last_fit, first_oom) {
+            Ok(pair) => pair,
+            Err(contradicted) => return self.on_the_device(s, *contradicted),
+        };
+        let certificates = s.trial_count() - before;
         let reruns = Sides {
             last_fit: self.reruns(&last_fit),
             first_oom: self.reruns(&first_oom),
         };
         let verdict = self.confirm(s, last_fit, first_oom, reruns);
+        let confirmations = certificates + (reruns.last_fit + reruns.first_oom) as usize;
         AxisSearch {
             reruns,
-            ..self.done(s, verdict, (reruns.last_fit + reruns.first_oom) as usize)
+            ..self.done(s, verdict, confirmations)
         }
     }
 
@@ -451,15 +557,15 @@ impl Search<'_> {
             let next: Vec<Candidate> = follow_ups
                 .into_iter()
                 .filter(|j| open.contains(j) && *j != i)
-                .map(|j| self.axis.at(self.base, j))
+                .map(|j| self.inside(j, lo, hi))
                 .collect();
             // A probe already measured (started ahead) answers at once, and the step after it
             // guesses anew: guesses for it would only start trials that step no longer wants.
-            if !s.ready(&self.axis.at(self.base, i)) {
+            if !s.ready(&self.inside(i, lo, hi)) {
                 s.guess(&next);
                 self.confirm_ahead(s, i, &lo_p, hi);
             }
-            let p = self.probe(s, i, lo, hi);
+            let p = self.probe_inside(s, i, lo, hi);
             if guess.is_some() {
                 predictor.note_predicted(p.index, &p.measurement);
             }
@@ -525,6 +631,27 @@ impl Search<'_> {
             message,
         }
     }
+}
+
+/// What a run without the ceiling says of the trial under it: a need above the ceiling is an
+/// out-of-memory, and so is an out-of-memory without it; a fit that says no need cannot be read.
+fn under_ceiling(free: &Measurement, ceiling: u64) -> Measurement {
+    let mut m = free.clone();
+    match (free.outcome, free.need_bytes) {
+        (Outcome::Fits, Some(need)) if need > ceiling => {
+            m.outcome = Outcome::Oom;
+            m.note = format!(
+                "needs {:.2} GiB without the ceiling, more than it",
+                need as f64 / (1u64 << 30) as f64
+            );
+        }
+        (Outcome::Fits, None) => {
+            m.outcome = Outcome::Inconclusive;
+            m.note = "ran without the ceiling, but its run was not replayed".into();
+        }
+        _ => {}
+    }
+    m
 }
 
 /// The probes that may follow a plain bisection probe `i` between `lo` and `hi`, nearest first:

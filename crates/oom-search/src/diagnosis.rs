@@ -101,6 +101,10 @@ pub struct SearchOptions {
     /// The original's own run usually says what it needs (the CPU, where a run reaches its end
     /// and its replay is the verdict): the run without the ceiling is not started ahead of it.
     pub need_from_original: bool,
+    /// See [`AxisOptions::probe_without_ceiling`]: for the axes of an original that runs out of
+    /// memory (not the capacity, whose probes past the boundary never run, nor the minimal
+    /// configuration).
+    pub probe_without_ceiling: bool,
 }
 
 impl SearchOptions {
@@ -110,6 +114,7 @@ impl SearchOptions {
             predict: self.predict,
             confirm_runs: self.confirm_runs,
             rerun_within: self.rerun_within,
+            probe_without_ceiling: false,
         }
     }
 }
@@ -127,6 +132,7 @@ impl Default for SearchOptions {
             minimise: true,
             need: true,
             need_from_original: false,
+            probe_without_ceiling: false,
         }
     }
 }

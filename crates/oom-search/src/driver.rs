@@ -7,7 +7,9 @@ use crate::culprits::culprits;
 use crate::diagnosis::*;
 use crate::minimal::minimise;
 use crate::searcher::{Clock, Searcher, TrialRecord};
-use crate::vocabulary::{Axis, Candidate, Event, Measurement, Oracle, Outcome, Purpose};
+use crate::vocabulary::{
+    Axis, AxisOptions, Candidate, Event, Measurement, Oracle, Outcome, Purpose,
+};
 
 /// About how many trials a diagnosis of an original that runs out of memory takes, for progress:
 /// each axis as plain bisection plus its confirmations, every fix and module item, and a dozen for
@@ -146,11 +148,16 @@ fn capacity(
 /// The original runs out of memory: each axis, the fixes, the modules, the minimal failing one.
 fn explain_oom(s: &mut Searcher<'_>, space: &Space, opts: &SearchOptions, d: &mut Diagnosis) {
     s.expect(&oom_fan_out(space, opts));
+    if opts.probe_without_ceiling && opts.need && d.original.need_bytes.is_none() {
+        // The axes' probes run without the ceiling: the original's need, measured first, draws
+        // their first lines (each axis's top is the original).
+        d.need = Some(s.measure(&Candidate::original().without_ceiling(), Purpose::Need));
+    }
     let (axes, early_minimal) = search_axes(s, space, opts);
     d.axes = axes;
     // How much the original needs without the ceiling is for the report alone: it started with the
     // fan-out and is taken here, where no step waits on it (it is the longest trial of all).
-    if opts.need && d.original.need_bytes.is_none() {
+    if opts.need && d.original.need_bytes.is_none() && d.need.is_none() {
         d.need = Some(s.measure(&Candidate::original().without_ceiling(), Purpose::Need));
     }
     if opts.fixes {
@@ -210,14 +217,11 @@ fn search_axes(
             name: format!("axis {}", axis.name),
         });
         s.set_rerun_floor(AXIS_RERUNS * (*k as u32 + 1));
-        let r = bisect_axis_finely(
-            s,
-            axis,
-            &Candidate::original(),
-            0,
-            axis.original,
-            &opts.axis(),
-        );
+        let options = AxisOptions {
+            probe_without_ceiling: opts.probe_without_ceiling,
+            ..opts.axis()
+        };
+        let r = bisect_axis_finely(s, axis, &Candidate::original(), 0, axis.original, &options);
         s.set_rerun_floor(0);
         r
     };

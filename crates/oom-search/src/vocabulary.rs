@@ -294,4 +294,9 @@ pub struct AxisOptions {
     /// without a need (the device's own out-of-memory) is not re-run. `None`: both sides are
     /// re-run (a command whose runs may differ).
     pub rerun_within: Option<f64>,
+    /// Probes inside the interval run without the ceiling, their verdict the replay's need against
+    /// it, so that one past the boundary says its need too; the two sides found then run under the
+    /// ceiling (the device's certificate). Where a run under the ceiling stops at the device's
+    /// out-of-memory and says no need (CUDA), and needs are replayed.
+    pub probe_without_ceiling: bool,
 }

@@ -406,3 +406,153 @@ fn a_capacity_search_on_needs_never_runs_the_top() {
         "the original and at most three probes: {probed:?}"
     );
 }
+
+/// The forum's size axis as a device under a ceiling runs it (R101 OS8 batch 4, 23.7 GiB): a run
+/// that fits says its need; one that runs out of memory under the ceiling stops there and says
+/// none; one without the ceiling (on the whole card) always says it. Needs grow a little faster
+/// than the pixels, with a pool's worth of wobble; `slack`: GiB the device fits beyond what the
+/// replay says (where the two disagree, the device is the certificate).
+struct ForumDevice {
+    slack: f64,
+}
+
+const FORUM_CEILING: f64 = 23.7;
+
+fn forum_need(side: u64) -> f64 {
+    let pixels = (side * side) as f64;
+    0.9 + 4.0 * pixels * 7.57e-6 * (1.0 + 0.15 * side as f64 / 1024.0)
+        + [0.0, 0.12, 0.04, 0.09][(side / 8 % 4) as usize]
+}
+
+fn side(c: &Candidate) -> u64 {
+    c.get("data.size").map_or(1024, |v| {
+        v.trim_matches(['[', ']'])
+            .split(',')
+            .next()
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    })
+}
+
+impl Oracle for ForumDevice {
+    fn run(&mut self, c: &Candidate, _: u32) -> Measurement {
+        let need = forum_need(side(c));
+        let gib = |g: f64| (g * (1u64 << 30) as f64) as u64;
+        let fits = need <= FORUM_CEILING + self.slack;
+        let mut m = Measurement::new(if fits || c.unbounded {
+            Outcome::Fits
+        } else {
+            Outcome::Oom
+        });
+        if m.outcome == Outcome::Fits {
+            m.need_bytes = Some(gib(need));
+            m.peak_bytes = Some(gib(need));
+        }
+        m
+    }
+}
+
+fn forum_sizes() -> Space {
+    let value = |side: u64| AxisValue {
+        value: format!("[{side}, {side}]"),
+        label: format!("{side}×{side}"),
+        x: Some((side * side) as f64),
+    };
+    let size = Axis {
+        tag: Tag::default(),
+        name: "size".into(),
+        noun: "input size".into(),
+        fix: None,
+        key: "data.size".into(),
+        values: (1..=32).map(|k| value(32 * k)).collect(),
+        original: 31,
+        fine: (4..=128).map(|k| value(8 * k)).collect(),
+    };
+    Space {
+        axes: vec![size],
+        capacity: vec![],
+        fixes: vec![],
+        modules: Modules {
+            key: "model.identity".into(),
+            encode: |_| String::new(),
+            fixed: vec![],
+            items: vec![],
+            unswappable: String::new(),
+        },
+    }
+}
+
+fn forum_size_search(device: &mut ForumDevice, without_ceiling: bool) -> Diagnosis {
+    let opts = SearchOptions {
+        ceiling: Some((FORUM_CEILING * (1u64 << 30) as f64) as u64),
+        rerun_within: Some(0.005),
+        fixes: false,
+        modules: false,
+        minimise: false,
+        probe_without_ceiling: without_ceiling,
+        ..Default::default()
+    };
+    let mut ev = |_: &Event| {};
+    diagnose(
+        device,
+        &mut ev,
+        &TestClock::default(),
+        &forum_sizes(),
+        &opts,
+    )
+}
+
+fn boundary(d: &Diagnosis) -> (&Probe, &Probe) {
+    match &d.axes[0].verdict {
+        AxisVerdict::Boundary {
+            last_fit,
+            first_oom,
+            ..
+        } => (last_fit, first_oom),
+        v => panic!("{v:?}"),
+    }
+}
+
+/// Probes without the ceiling say their need past the boundary too, so each line is drawn
+/// through needs on both sides of it; the pair found then runs under the ceiling.
+#[test]
+fn probes_without_the_ceiling_find_the_size_boundary_in_fewer_trials() {
+    let truth = (4..=128)
+        .map(|k| 8 * k)
+        .filter(|s| forum_need(*s) <= FORUM_CEILING)
+        .max();
+    let capped = forum_size_search(&mut ForumDevice { slack: 0.0 }, false);
+    let free = forum_size_search(&mut ForumDevice { slack: 0.0 }, true);
+    for d in [&capped, &free] {
+        let (fit, oom) = boundary(d);
+        assert_eq!(side(&fit.candidate), truth.unwrap());
+        assert_eq!(side(&oom.candidate), truth.unwrap() + 8);
+        // Each side ran under the ceiling: the device's own verdict.
+        for p in [fit, oom] {
+            assert!(d.trials.iter().any(|t| t.candidate == p.candidate), "{p:?}");
+        }
+    }
+    let (before, after) = (capped.axes[0].trials, free.axes[0].trials);
+    eprintln!("size axis: {before} trials under the ceiling, {after} without");
+    assert!(after < before, "{after} trials, {before} under the ceiling");
+}
+
+/// Where the device fits a side that the replay puts over the ceiling, the device's verdict
+/// stands: the boundary is searched on from it under the ceiling, and the side says so. (The
+/// replay puts the boundary at 816 | 824, the device 0.75 GiB higher at 832 | 840.)
+#[test]
+fn the_device_overrules_a_replay_it_contradicts() {
+    let d = forum_size_search(&mut ForumDevice { slack: 0.75 }, true);
+    let (fit, oom) = boundary(&d);
+    assert_eq!((side(&fit.candidate), side(&oom.candidate)), (832, 840));
+    assert!(fit.measurement.replay_disagrees, "{fit:?}");
+    let sides = [&fit.candidate, &oom.candidate];
+    for c in sides {
+        assert!(
+            d.trials.iter().any(|t| &t.candidate == c),
+            "{c} never ran under the ceiling"
+        );
+    }
+}

@@ -105,8 +105,16 @@ fn mib(m: &Measurement) -> Option<Point> {
     Some((0.0, bytes as f64 / MIB, fits))
 }
 
-/// Every first-run trial that changes only the axis of `kind`, at its x read back from the
-/// candidate's configuration.
+/// A probe run without the ceiling: its need (else its peak), a fit where that is under `ceiling`.
+fn free_mib(m: &Measurement, ceiling: u64) -> Option<Point> {
+    match (m.outcome, m.need_bytes.or(m.peak_bytes)) {
+        (Outcome::Fits, Some(b)) => Some((0.0, b as f64 / MIB, b <= ceiling)),
+        _ => mib(m),
+    }
+}
+
+/// Every first-run trial that changes only the axis of `kind` (run under the ceiling, or without it
+/// by a search that probes so), at its x read back from the candidate's configuration.
 fn axis_points(
     d: &Diagnosis,
     cx: &Context<'_>,
@@ -116,11 +124,15 @@ fn axis_points(
     let mut pts: Vec<Point> = d
         .trials
         .iter()
-        .filter(|t| t.attempt == 0 && !t.candidate.unbounded && t.candidate.sets.len() == 1)
+        .filter(|t| t.attempt == 0 && t.candidate.sets.len() == 1)
         .filter(|t| t.candidate.get(kind.key()).is_some())
         .filter_map(|t| {
             let (config, _) = crate::candidate::resolve(cx.config, &t.candidate).ok()?;
-            mib(&t.measurement).map(|(_, y, f)| (x_of(&config), y, f))
+            let point = match t.candidate.unbounded {
+                true => free_mib(&t.measurement, cx.ceiling?),
+                false => mib(&t.measurement),
+            };
+            point.map(|(_, y, f)| (x_of(&config), y, f))
         })
         .collect();
     pts.sort_by(|a, b| a.0.total_cmp(&b.0));

@@ -1,11 +1,74 @@
-//! The last step of a bisection: re-running both sides of the boundary, where a side may differ
-//! from its first run, and saying whether the boundary held.
+//! The last step of a bisection: the device's certificate for a side found without the ceiling,
+//! then re-running both sides of the boundary, where a side may differ from its first run, and
+//! saying whether the boundary held.
 
-use super::{AxisVerdict, Probe, Search, Sides};
+use super::{AxisSearch, AxisVerdict, Probe, Search, Sides};
+use crate::predict::Predictor;
 use crate::searcher::Searcher;
-use crate::vocabulary::{Outcome, Purpose};
+use crate::vocabulary::{AxisOptions, Outcome, Purpose};
 
 impl Search<'_> {
+    /// Each side whose verdict was read from a run without the ceiling runs under it: the pair with
+    /// the device's measurements (keeping the need the free run said), or `Err` with the side the
+    /// device contradicts (a fit where the replay needs more than the ceiling, or the reverse).
+    pub(super) fn certify(
+        &self,
+        s: &mut Searcher<'_>,
+        last_fit: Probe,
+        first_oom: Probe,
+    ) -> Result<(Probe, Probe), Box<Probe>> {
+        let purpose = Purpose::Confirm {
+            axis: self.axis.name.clone(),
+        };
+        let mut sides = [last_fit, first_oom];
+        for side in &mut sides {
+            if !self.free || s.known(&side.candidate).is_some() {
+                continue;
+            }
+            let free = side.measurement.clone();
+            let mut m = s.measure(&side.candidate, purpose.clone());
+            if m.outcome == Outcome::Inconclusive {
+                // Not a contradiction: the replay's verdict stands, and says the device's failed.
+                side.measurement.note = format!("under the ceiling: {}", m.note);
+                continue;
+            }
+            m.need_bytes = m.need_bytes.or(free.need_bytes);
+            let contradicts = m.outcome != free.outcome;
+            m.replay_disagrees |= contradicts;
+            side.measurement = m;
+            if contradicts {
+                return Err(Box::new(side.clone()));
+            }
+        }
+        let [last_fit, first_oom] = sides;
+        Ok((last_fit, first_oom))
+    }
+
+    /// The device contradicted the replay at `side`: its verdict stands, and the boundary is
+    /// searched again under the ceiling alone, between `side` and the end on its other side.
+    pub(super) fn on_the_device(&self, s: &mut Searcher<'_>, side: Probe) -> AxisSearch {
+        let capped = Search {
+            free: false,
+            ..*self
+        };
+        let (lo, hi) = self.ends;
+        let (bottom, top) = match side.measurement.outcome {
+            Outcome::Fits => (side, capped.probe(s, hi, lo, hi)),
+            _ => (capped.probe(s, lo, lo, hi), side),
+        };
+        let options = AxisOptions {
+            ceiling: self.ceiling,
+            predict: self.predict,
+            confirm_runs: self.confirm_runs,
+            rerun_within: self.rerun_within,
+            probe_without_ceiling: false,
+        };
+        let mut predictor = Predictor::new(self.axis, &options);
+        predictor.note(bottom.index, &bottom.measurement);
+        predictor.note(top.index, &top.measurement);
+        capped.narrowed(s, bottom, top, &mut predictor)
+    }
+
     /// Re-runs each side as often as `reruns` says, alternating so that a drift over time shows
     /// on both.
     pub(super) fn confirm(

@@ -32,6 +32,7 @@ pub fn opts(ceiling: u64, predict: bool, confirm_runs: u32) -> AxisOptions {
         predict,
         confirm_runs,
         rerun_within: None,
+        probe_without_ceiling: false,
     }
 }
 

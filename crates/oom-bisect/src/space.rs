@@ -108,7 +108,7 @@ fn depth_axis(config: &Config, arch: &Architecture) -> Axis {
             } else {
                 label
             };
-            value(toml_value::string(&s.id), label, None)
+            value(toml_value::string(&s.id), label, depth_x(config, &s.id))
         })
         .collect();
     let original = config
@@ -118,6 +118,19 @@ fn depth_axis(config: &Config, arch: &Architecture) -> Axis {
         .map(|t| arch.stage_index(t))
         .unwrap_or(last);
     axis(AxisKind::Depth, values, original, vec![])
+}
+
+/// The axis's x at a stage: what the model truncated after it is estimated to hold in a step beyond
+/// what outlives the step (deeplab's estimate: activations and gradients; 0 is the weights, state
+/// and batch alone, as no batch is on the batch axis). Measured needs lie close to a line along it
+/// (the estimate errs by a share, not stage by stage), so needs predict the depth boundary as they
+/// do the batch's.
+fn depth_x(config: &Config, stage: &str) -> Option<f64> {
+    let mut c = config.clone();
+    c.model.truncate_after = Some(stage.to_string());
+    let arch = Architecture::new(&c).ok()?;
+    let e = arch.memory_estimate(&c);
+    Some(e.peak.total().saturating_sub(e.between_steps) as f64)
 }
 
 fn phase_axis(config: &Config) -> Axis {
@@ -228,6 +241,19 @@ mod tests {
         assert_eq!(a.values.len(), 16);
         let a = size_axis(&cfg([520, 520], 8), 0);
         assert_eq!(a.values.last().unwrap().label, "520×520");
+    }
+
+    /// The depth axis's x (the estimate of the model truncated there) grows stage by stage, as the
+    /// prediction's lines assume, on the forum's model and the quickstart's (attention included).
+    #[test]
+    fn depth_grows_along_its_axis() {
+        for f in ["forum-r101-os8-1024.toml", "quickstart.toml"] {
+            let path = format!("{}/../../configs/{f}", env!("CARGO_MANIFEST_DIR"));
+            let c = Config::from_toml_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+            let space = build(&c, &[Step::Depth]);
+            let xs: Vec<f64> = space.axes[0].values.iter().map(|v| v.x.unwrap()).collect();
+            assert!(xs.windows(2).all(|w| w[0] < w[1]), "{f}: {xs:?}");
+        }
     }
 
     #[test]

@@ -245,20 +245,28 @@ impl Search<'_> {
     }
 
     /// The trial at value `i` inside the interval `lo..hi`: without the ceiling where the search
-    /// probes so, unless an out-of-memory or a fit there would close the interval (a neighbour of
-    /// an end): that run is then the certificate, and a need it would not say is needed no more.
-    fn probe_inside(&self, s: &mut Searcher<'_>, i: usize, lo: usize, hi: usize) -> Probe {
-        self.probe_as(s, i, (lo, hi), self.runs_free(i, lo, hi))
+    /// probes so and `predictor` puts it over the ceiling, unless an out-of-memory or a fit there
+    /// would close the interval (a neighbour of an end). A probe predicted to fit runs under the
+    /// ceiling: a fit says its need there too and is its own certificate.
+    fn probe_inside(
+        &self,
+        s: &mut Searcher<'_>,
+        i: usize,
+        lo: usize,
+        hi: usize,
+        predictor: &Predictor,
+    ) -> Probe {
+        self.probe_as(s, i, (lo, hi), self.runs_free(i, lo, hi, predictor))
     }
 
-    fn runs_free(&self, i: usize, lo: usize, hi: usize) -> bool {
-        self.free && i > lo + 1 && i + 1 < hi
+    fn runs_free(&self, i: usize, lo: usize, hi: usize, predictor: &Predictor) -> bool {
+        self.free && i > lo + 1 && i + 1 < hi && !predictor.predicts_fit(i)
     }
 
     /// The candidate [`Search::probe_inside`] runs for value `j` (what to start ahead).
-    fn inside(&self, j: usize, lo: usize, hi: usize) -> Candidate {
+    fn inside(&self, j: usize, lo: usize, hi: usize, predictor: &Predictor) -> Candidate {
         let c = self.axis.at(self.base, j);
-        match self.runs_free(j, lo, hi) {
+        match self.runs_free(j, lo, hi, predictor) {
             true => c.without_ceiling(),
             false => c,
         }
@@ -557,15 +565,15 @@ impl Search<'_> {
             let next: Vec<Candidate> = follow_ups
                 .into_iter()
                 .filter(|j| open.contains(j) && *j != i)
-                .map(|j| self.inside(j, lo, hi))
+                .map(|j| self.inside(j, lo, hi, predictor))
                 .collect();
             // A probe already measured (started ahead) answers at once, and the step after it
             // guesses anew: guesses for it would only start trials that step no longer wants.
-            if !s.ready(&self.inside(i, lo, hi)) {
+            if !s.ready(&self.inside(i, lo, hi, predictor)) {
                 s.guess(&next);
                 self.confirm_ahead(s, i, &lo_p, hi);
             }
-            let p = self.probe_inside(s, i, lo, hi);
+            let p = self.probe_inside(s, i, lo, hi, predictor);
             if guess.is_some() {
                 predictor.note_predicted(p.index, &p.measurement);
             }

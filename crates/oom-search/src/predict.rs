@@ -198,6 +198,16 @@ impl Predictor {
             .map(|i| i.clamp(fit, oom - 1))
     }
 
+    /// Whether the line through the points noted puts value `index` under the ceiling.
+    pub(crate) fn predicts_fit(&self, index: usize) -> bool {
+        let Some(x) = self.xs.get(index).copied().flatten() else {
+            return false;
+        };
+        let ceiling = self.live_ceiling();
+        line(&self.points, self.base_bytes, ceiling)
+            .is_some_and(|(x2, y2, slope)| y2 + slope * (x - x2) <= ceiling)
+    }
+
     /// The probe [`Predictor::next_guess`] would start with between `lo` and `hi`, every value
     /// between open; changes nothing.
     pub(crate) fn first_guess(&self, lo: usize, hi: usize) -> Option<usize> {

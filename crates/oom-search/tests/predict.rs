@@ -535,7 +535,6 @@ fn probes_without_the_ceiling_find_the_size_boundary_in_fewer_trials() {
         }
     }
     let (before, after) = (capped.axes[0].trials, free.axes[0].trials);
-    eprintln!("size axis: {before} trials under the ceiling, {after} without");
     assert!(after < before, "{after} trials, {before} under the ceiling");
 }
 
@@ -555,4 +554,94 @@ fn the_device_overrules_a_replay_it_contradicts() {
             "{c} never ran under the ceiling"
         );
     }
+}
+
+/// The forum's depth axis: 37 stages, each estimated to add about 0.75 GiB; the device needs the
+/// weights and state (0.6 GiB) plus a little more than the estimate, with wobble. A run under the
+/// ceiling that runs out of memory says no need; one without it always does.
+struct DepthDevice;
+
+fn depth_need(stage: usize) -> f64 {
+    0.6 + 1.04 * depth_estimate(stage) + [0.0, 0.1, 0.05][stage % 3]
+}
+
+fn depth_estimate(stage: usize) -> f64 {
+    0.75 * (stage + 1) as f64
+}
+
+fn stage(c: &Candidate) -> usize {
+    c.get("model.truncate_after")
+        .map_or(36, |v| v.parse().unwrap())
+}
+
+impl Oracle for DepthDevice {
+    fn run(&mut self, c: &Candidate, _: u32) -> Measurement {
+        let need = depth_need(stage(c));
+        let fits = need <= FORUM_CEILING;
+        let mut m = Measurement::new(if fits || c.unbounded {
+            Outcome::Fits
+        } else {
+            Outcome::Oom
+        });
+        if m.outcome == Outcome::Fits {
+            m.need_bytes = Some((need * (1u64 << 30) as f64) as u64);
+        }
+        m.base_bytes = Some(6 << 29);
+        m
+    }
+}
+
+/// With the estimate as its x, the depth axis is searched on needs like the batch: fewer trials
+/// than bisecting its 37 stages, the same boundary.
+#[test]
+fn needs_along_the_estimate_find_the_depth_boundary() {
+    let depth = |x: bool| Axis {
+        tag: Tag::default(),
+        name: "depth".into(),
+        noun: "depth".into(),
+        fix: None,
+        key: "model.truncate_after".into(),
+        values: (0..37)
+            .map(|i| AxisValue {
+                value: i.to_string(),
+                label: i.to_string(),
+                x: x.then(|| depth_estimate(i) * (1u64 << 30) as f64),
+            })
+            .collect(),
+        original: 36,
+        fine: vec![],
+    };
+    let truth = (0..37)
+        .filter(|i| depth_need(*i) <= FORUM_CEILING)
+        .max()
+        .unwrap();
+    let mut trials = vec![];
+    for x in [false, true] {
+        let mut space = forum_sizes();
+        space.axes = vec![depth(x)];
+        let opts = SearchOptions {
+            ceiling: Some((FORUM_CEILING * (1u64 << 30) as f64) as u64),
+            rerun_within: Some(0.005),
+            fixes: false,
+            modules: false,
+            minimise: false,
+            probe_without_ceiling: true,
+            ..Default::default()
+        };
+        let mut ev = |_: &Event| {};
+        let d = diagnose(
+            &mut DepthDevice,
+            &mut ev,
+            &TestClock::default(),
+            &space,
+            &opts,
+        );
+        let (fit, oom) = boundary(&d);
+        assert_eq!(
+            (stage(&fit.candidate), stage(&oom.candidate)),
+            (truth, truth + 1)
+        );
+        trials.push(d.axes[0].trials);
+    }
+    assert!(trials[1] < trials[0], "{trials:?}");
 }

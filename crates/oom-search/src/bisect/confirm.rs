@@ -22,7 +22,12 @@ impl Search<'_> {
         };
         let mut sides = [last_fit, first_oom];
         for side in &mut sides {
-            if !self.free || s.known(&side.candidate).is_some() {
+            let ran_out_free = s
+                .known(&side.candidate.without_ceiling())
+                .is_some_and(|m| m.outcome == Outcome::Oom);
+            // Measured under the ceiling already, or out of memory on the device without it (a
+            // card no larger than the ceiling): the device's own verdict.
+            if !self.free || s.known(&side.candidate).is_some() || ran_out_free {
                 continue;
             }
             let free = side.measurement.clone();

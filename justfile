@@ -19,6 +19,7 @@ lint:
     python3 tools/architecture.py
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
+    RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --quiet
 
 # Diagnose the quickstart config on the default backend (CPU when there is no GPU).
 bisect config="configs/quickstart.toml" *args="":

@@ -71,6 +71,22 @@ fn help_lists_commands_and_exit_codes() {
     let o = run(&["bisect", "--config", "x.toml", "--gpu", "help"], &d);
     assert_eq!(code(&o), 0);
     assert!(text(&o).contains("rtx3090"));
+    // The commit the binary was built from (what a benchmark's stamp names), where git knew it.
+    let o = run(&["--version"], &d);
+    let version = text(&o);
+    let commit = version
+        .trim()
+        .strip_prefix(concat!(
+            "oom-bisect ",
+            env!("CARGO_PKG_VERSION"),
+            " (commit "
+        ))
+        .and_then(|c| c.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("--version: {version}"));
+    assert!(
+        commit == "unknown" || commit.len() >= 7 && commit.chars().all(|c| c.is_ascii_hexdigit()),
+        "--version: {version}"
+    );
 }
 
 #[test]

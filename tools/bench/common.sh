@@ -5,14 +5,13 @@ BENCH_OUT=${1:-bench-out/$(basename "$0" .sh)-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$BENCH_OUT"
 [ -x "$OOM_BISECT" ] || { echo "no binary at $OOM_BISECT: run cargo build --release, or set OOM_BISECT" >&2; exit 2; }
 
-# Date, commit, GPU, driver and PyTorch: what a figure in the table depends on.
+# Date, the binary's version and commit, GPU, driver and PyTorch: what a figure in the table depends on.
 stamp() {
     local gpu="none" torch="not installed"
     command -v nvidia-smi >/dev/null &&
         gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -n 1)
     torch=$(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo "not installed")
-    echo "date $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)," \
-        "$("$OOM_BISECT" --version), GPU ${gpu} (name, memory, driver), PyTorch ${torch}, $(nproc) cores"
+    echo "date $(date -u +%Y-%m-%dT%H:%MZ), $("$OOM_BISECT" --version), GPU ${gpu} (name, memory, driver), PyTorch ${torch}, $(nproc) cores"
 }
 
 now() { date +%s.%N; }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 #[derive(Debug, Parser)]
 #[command(
     name = "oom-bisect",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("OOM_BISECT_COMMIT"), ")"),
     about = "Find out, by measurement, why a DeepLabV3+ training run goes out of GPU memory",
     long_about = "Find out, by measurement, why a DeepLabV3+ training run goes out of GPU memory.\n\n\
         oom-bisect runs real training steps (forward, loss, backward, optimizer) of a burn DeepLabV3+ \

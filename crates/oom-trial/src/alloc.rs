@@ -6,7 +6,7 @@
 //! the allocator writes one line to stderr with `write(2)` directly: it must not allocate, and the
 //! process is about to die, so that line is what the parent classifies the trial from.
 //!
-//! Once [`record`] is called, every allocation and release is also noted in order (the trial's
+//! Once [`recorder::record`] is called, every allocation and release is also noted in order (the trial's
 //! stream, which PyTorch's allocator replays: `pytorch-allocator`). The notes go to memory mapped
 //! for them, never through the allocator itself.
 

@@ -195,7 +195,7 @@ fn is_failure_line(line: &str) -> bool {
 }
 
 /// The failure message of a failed command's output: its last failure line (see
-/// [`is_failure_line`]; a Rust panic's or C++'s message is the line after the header), skipping a
+/// `is_failure_line`; a Rust panic's or C++'s message is the line after the header), skipping a
 /// wrapper that only reports a failure printed before it; else its last non-empty line. Only this
 /// message says whether the command ran out of memory: an out-of-memory it logged, recovered from
 /// or printed in a config dump before failing otherwise is not its failure.

@@ -5,7 +5,7 @@
 //!   context left out of the ceiling (that context would not exist on the smaller card), so the
 //!   command, its CUDA context included, has exactly the ceiling; or, for a command that holds its
 //!   ceiling itself (`--ceiling-by command`), no ballast and no context, only a watch on the
-//!   command's processes ([`watch`]); on the CPU nothing is enforced and the command only hears
+//!   command's processes (`watch`); on the CPU nothing is enforced and the command only hears
 //!   the ceiling (`OOM_BISECT_MEMORY_LIMIT`);
 //! - it runs the command through `sh -c` in the trial's process group, so that Ctrl-C or the
 //!   parent's death takes the command with it, with its output on a pipe of the holder's own;
@@ -13,7 +13,7 @@
 //!   `{"oom_bisect": …}` lines into events, and forwards every other line to stderr;
 //! - at the end, or at the time limit, it kills whatever the command left running, however it
 //!   escaped, and says how the command ended and whether the kernel's OOM killer killed one of its
-//!   processes ([`Exited`], [`contain`]).
+//!   processes ([`Exited`], `contain`).
 //!
 //! The parent classifies (`outcome::classify`): the holder never decides what an exit means.
 
@@ -123,7 +123,7 @@ pub fn command_line(command: &str, config: &Path) -> String {
 }
 
 /// Runs the user's command as the trial (see the module documentation); with `req.serve`, the
-/// command answers this request and every later one the holder reads ([`serve`]).
+/// command answers this request and every later one the holder reads (`serve`).
 pub fn run(req: &Request, command: &str) -> Result<()> {
     let file = ConfigFile::write(&req.config)?;
     let held = hold(req)?;

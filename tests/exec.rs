@@ -576,14 +576,16 @@ fn a_served_trial_is_classified_from_its_trial_done() {
     }
 }
 
-/// A stand-in for PyTorch: `torch.cuda.memory` records and hands back a fixed allocator trace
-/// (30 MiB, 12 MiB, the 30 MiB freed, 31 MiB: PyTorch's allocator needs a 44 MiB cap for it, 74
-/// MiB without one). The trace is recorded through the sitecustomize `--exec` puts first on the
-/// command's PYTHONPATH, without a change to the command.
-const FAKE_TORCH: &str = r#"
+/// A stand-in for PyTorch: `torch.cuda.memory` records and hands back the allocator trace in
+/// `_events` (`events`: Python that starts the list), named as PyTorch names its entries (an
+/// out-of-memory's has `device_free` where the others have `addr`). The trace is recorded through
+/// the sitecustomize `--exec` puts first on the command's PYTHONPATH, without a change to the
+/// command.
+fn stand_in_torch(events: &str) -> String {
+    format!(
+        r#"
 MIB = 1 << 20
-_events = [("alloc", 1, 30 * MIB), ("alloc", 2, 12 * MIB), ("free_completed", 1, 30 * MIB),
-           ("alloc", 3, 31 * MIB)]
+_events = {events}
 
 class _Memory:
     recording = None
@@ -593,7 +595,9 @@ class _Memory:
 
     def _snapshot(self):
         assert _Memory.recording, "recording was turned on at import"
-        return {"device_traces": [[dict(action=a, addr=x, size=s, stream=0) for a, x, s in _events]]}
+        return {{"device_traces": [[dict(action=a, size=s, stream=0,
+                                         **{{"device_free" if a == "oom" else "addr": x}})
+                                    for a, x, s in _events]]}}
 
 class cuda:
     memory = _Memory()
@@ -601,13 +605,24 @@ class cuda:
     @staticmethod
     def is_available():
         return True
-"#;
+"#
+    )
+}
+
+/// A fixed trace: 30 MiB, 12 MiB, the 30 MiB freed, 31 MiB (PyTorch's allocator needs a 44 MiB
+/// cap for it, 74 MiB without one).
+const FIXED_TRACE: &str = r#"[("alloc", 1, 30 * MIB), ("alloc", 2, 12 * MIB),
+           ("free_completed", 1, 30 * MIB), ("alloc", 3, 31 * MIB)]"#;
 
 /// `trial --exec` of a command that imports the stand-in torch, under `limit`.
 fn traced_trial(name: &str, limit: &str) -> (Output, Value) {
     let d = tmp(name);
     std::fs::create_dir_all(d.join("fake/torch")).unwrap();
-    write(&d.join("fake/torch"), "__init__.py", FAKE_TORCH);
+    write(
+        &d.join("fake/torch"),
+        "__init__.py",
+        &stand_in_torch(FIXED_TRACE),
+    );
     let cfg = write(&d, "toy.toml", TOY);
     let j = d.join("t.json");
     let fake = d.join("fake");
@@ -811,29 +826,8 @@ fn a_cpu_command_resident_memory_is_never_called_its_need() {
     }
 }
 
-/// A stand-in for PyTorch whose trace grows trial by trial, named as PyTorch names its entries (an
-/// out-of-memory's has `device_free` where the others have `addr`), and a command on it that
-/// serves: batch × 10 MiB allocated, more than 4 runs out of memory.
-const GROWING_TORCH: &str = r#"
-MIB = 1 << 20
-_events = []
-
-class _Memory:
-    def _record_memory_history(self, **how):
-        pass
-
-    def _snapshot(self):
-        return {"device_traces": [[dict(action=a, size=s, stream=0,
-                                        **{"device_free" if a == "oom" else "addr": x})
-                                   for a, x, s in _events]]}
-
-class cuda:
-    memory = _Memory()
-
-    @staticmethod
-    def is_available():
-        return True
-"#;
+/// A command on the stand-in torch whose trace grows trial by trial (from an empty `_events`) and
+/// that serves: batch × 10 MiB allocated, more than 4 runs out of memory.
 const GROWING_COMMAND: &str = r#"
 import json, os, sys, tomllib, torch
 def trial(path, n):
@@ -859,7 +853,7 @@ elif failed := trial(sys.argv[1], 0):
 fn a_served_pytorch_command_is_replayed_trial_by_trial() {
     let d = tmp("served-traced-command");
     std::fs::create_dir_all(d.join("fake/torch")).unwrap();
-    write(&d.join("fake/torch"), "__init__.py", GROWING_TORCH);
+    write(&d.join("fake/torch"), "__init__.py", &stand_in_torch("[]"));
     let script = write(&d, "serve.py", GROWING_COMMAND);
     let command = format!("python3 {} {{config}}", script.display());
     let fake = d.join("fake");

@@ -96,13 +96,8 @@ pub fn bisect_axis(
         confirm_runs: opts.confirm_runs,
         ceiling: opts.ceiling,
         rerun_within: opts.rerun_within,
-        predict: opts.predict,
-        // Only a prediction reads a need: without one (values with no x) a free probe would only
-        // add a certificate.
-        free: opts.probe_without_ceiling
-            && opts.predict
-            && opts.ceiling.is_some()
-            && axis.values.iter().all(|v| v.x.is_some()),
+        options: *opts,
+        free: probes_free(axis, opts),
         ends: (lo, hi),
     };
     if let Some((last_fit, first_oom)) = search.secant_on_needs(s, lo, hi, opts) {
@@ -133,7 +128,7 @@ pub fn bisect_axis_finely(
     if axis.fine.is_empty() {
         return bisect_axis(s, axis, base, lo, hi, opts);
     }
-    if opts.probe_without_ceiling {
+    if probes_free(axis, opts) {
         // Every probe says its need: lines through needs find the fine boundary as directly as
         // the coarse one, without a coarse boundary first.
         return on_fine_values(s, axis, base, (lo, hi), (lo, hi), opts);
@@ -196,6 +191,16 @@ fn on_fine_values(
     bisect_axis(s, &sub, base, 0, b - a, opts)
 }
 
+/// Whether `axis`'s probes run without the ceiling ([`AxisOptions::probe_without_ceiling`]). Only a
+/// prediction reads a need: without one (no ceiling, no predictions, values with no x) a probe
+/// without the ceiling would only add a certificate.
+fn probes_free(axis: &Axis, opts: &AxisOptions) -> bool {
+    opts.probe_without_ceiling
+        && opts.predict
+        && opts.ceiling.is_some()
+        && axis.values.iter().all(|v| v.x.is_some())
+}
+
 /// ceil(log2(n)) + 2: both ends, then halving the interval.
 pub(crate) fn plain_bisection_trials(n: usize) -> usize {
     let mut log = 0;
@@ -230,7 +235,8 @@ struct Search<'a> {
     ceiling: Option<u64>,
     /// See [`AxisOptions::rerun_within`].
     rerun_within: Option<f64>,
-    predict: bool,
+    /// The options the search began with (for a search that goes on under the ceiling alone).
+    options: AxisOptions,
     /// Probes inside the interval run without the ceiling ([`AxisOptions::probe_without_ceiling`]).
     free: bool,
     /// The indices the search began between.

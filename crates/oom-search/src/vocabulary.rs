@@ -296,7 +296,7 @@ pub struct AxisOptions {
     pub rerun_within: Option<f64>,
     /// Probes inside the interval run without the ceiling, their verdict the replay's need against
     /// it, so that one past the boundary says its need too; the two sides found then run under the
-    /// ceiling (the device's certificate). Where a run under the ceiling stops at the device's
-    /// out-of-memory and says no need (CUDA), and needs are replayed.
+    /// ceiling (the device's certificate). For trials whose needs are replayed: one that runs out
+    /// of memory under the ceiling stops there without saying its need.
     pub probe_without_ceiling: bool,
 }

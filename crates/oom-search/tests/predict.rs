@@ -450,13 +450,13 @@ impl Oracle for ForumDevice {
     }
 }
 
-fn forum_sizes() -> Space {
+fn forum_size_axis() -> Axis {
     let value = |side: u64| AxisValue {
         value: format!("[{side}, {side}]"),
         label: format!("{side}×{side}"),
         x: Some((side * side) as f64),
     };
-    let size = Axis {
+    Axis {
         tag: Tag::default(),
         name: "size".into(),
         noun: "input size".into(),
@@ -465,9 +465,14 @@ fn forum_sizes() -> Space {
         values: (1..=32).map(|k| value(32 * k)).collect(),
         original: 31,
         fine: (4..=128).map(|k| value(8 * k)).collect(),
-    };
-    Space {
-        axes: vec![size],
+    }
+}
+
+/// The diagnosis of an original that runs out of memory under the forum's ceiling, on `axis` alone
+/// (no fixes, modules or minimal configuration), its axes' probes without the ceiling or not.
+fn axis_search(device: &mut dyn Oracle, axis: Axis, without_ceiling: bool) -> Diagnosis {
+    let space = Space {
+        axes: vec![axis],
         capacity: vec![],
         fixes: vec![],
         modules: Modules {
@@ -477,10 +482,7 @@ fn forum_sizes() -> Space {
             items: vec![],
             unswappable: String::new(),
         },
-    }
-}
-
-fn forum_size_search(device: &mut ForumDevice, without_ceiling: bool) -> Diagnosis {
+    };
     let opts = SearchOptions {
         ceiling: Some((FORUM_CEILING * (1u64 << 30) as f64) as u64),
         rerun_within: Some(0.005),
@@ -491,13 +493,11 @@ fn forum_size_search(device: &mut ForumDevice, without_ceiling: bool) -> Diagnos
         ..Default::default()
     };
     let mut ev = |_: &Event| {};
-    diagnose(
-        device,
-        &mut ev,
-        &TestClock::default(),
-        &forum_sizes(),
-        &opts,
-    )
+    diagnose(device, &mut ev, &TestClock::default(), &space, &opts)
+}
+
+fn forum_size_search(device: &mut ForumDevice, without_ceiling: bool) -> Diagnosis {
+    axis_search(device, forum_size_axis(), without_ceiling)
 }
 
 fn boundary(d: &Diagnosis) -> (&Probe, &Probe) {
@@ -613,25 +613,7 @@ fn needs_along_the_estimate_find_the_depth_boundary() {
         .unwrap();
     let mut trials = vec![];
     for x in [false, true] {
-        let mut space = forum_sizes();
-        space.axes = vec![depth(x)];
-        let opts = SearchOptions {
-            ceiling: Some((FORUM_CEILING * (1u64 << 30) as f64) as u64),
-            rerun_within: Some(0.005),
-            fixes: false,
-            modules: false,
-            minimise: false,
-            probe_without_ceiling: true,
-            ..Default::default()
-        };
-        let mut ev = |_: &Event| {};
-        let d = diagnose(
-            &mut DepthDevice,
-            &mut ev,
-            &TestClock::default(),
-            &space,
-            &opts,
-        );
+        let d = axis_search(&mut DepthDevice, depth(x), true);
         let (fit, oom) = boundary(&d);
         assert_eq!(
             (stage(&fit.candidate), stage(&oom.candidate)),

@@ -62,11 +62,8 @@ impl Search<'_> {
             _ => (capped.probe(s, lo, lo, hi), side),
         };
         let options = AxisOptions {
-            ceiling: self.ceiling,
-            predict: self.predict,
-            confirm_runs: self.confirm_runs,
-            rerun_within: self.rerun_within,
             probe_without_ceiling: false,
+            ..self.options
         };
         let mut predictor = Predictor::new(self.axis, &options);
         predictor.note(bottom.index, &bottom.measurement);

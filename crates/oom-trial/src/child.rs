@@ -292,6 +292,9 @@ impl Meter {
     /// The trial's stream replayed under its ceiling, or why it cannot be.
     fn replayed(&self) -> Result<crate::protocol::Replayed> {
         let (stream, before, streams, held) = self.stream()?;
+        if let Some(path) = std::env::var_os(STREAM_OUT) {
+            write_stream(std::path::Path::new(&path), &stream, before)?;
+        }
         Ok(crate::replayed::replayed(
             &stream,
             before,
@@ -545,6 +548,29 @@ fn train<B: AutodiffBackend + deeplab::pytorch::PytorchOps>(
         bail!("a thread panicked during the trial");
     }
     done(meter, req, check)
+}
+
+/// Names a file to write the trial's stream to, for comparing it with a PyTorch trace
+/// (docs/fidelity.md): a diagnostic, not part of the protocol.
+const STREAM_OUT: &str = "OOM_BISECT_STREAM_OUT";
+
+/// Writes `stream` as JSON: `{"before": bytes, "events": [["alloc", id, size] | ["free", id], …]}`.
+fn write_stream(
+    path: &std::path::Path,
+    stream: &[pytorch_allocator::Event],
+    before: u64,
+) -> Result<()> {
+    use pytorch_allocator::Event;
+    let events: Vec<serde_json::Value> = stream
+        .iter()
+        .map(|e| match *e {
+            Event::Alloc { id, size } => serde_json::json!(["alloc", id, size]),
+            Event::Free { id } => serde_json::json!(["free", id]),
+        })
+        .collect();
+    let text = serde_json::json!({ "before": before, "events": events }).to_string();
+    std::fs::write(path, text)
+        .map_err(|e| anyhow!("{STREAM_OUT}: cannot write {}: {e}", path.display()))
 }
 
 /// The trial's last events: its stream replayed, then what it measured.

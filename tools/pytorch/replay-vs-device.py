@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""The replay against the device, for `--exec` with the PyTorch reference (deeplabv3plus.py): for
+each configuration, one run without a ceiling whose allocator trace oom-bisect replays (its need:
+the smallest ceiling, context included, under which PyTorch's allocator holds that trace), then
+real runs of the reference under ceilings just below and above that need, each held by a ballast
+(the rest of the card filled: the device's own out-of-memory), one at a time. The replay predicts
+"fits" exactly where the ceiling is at least the need; the table counts where the device agrees,
+and brackets the smallest ceiling the device passes.
+
+    python3 tools/pytorch/replay-vs-device.py --bin target/release/oom-bisect --out /tmp/rvd
+    python3 tools/pytorch/replay-vs-device.py --out /tmp/rvd --table   # the table again, from files
+
+A run whose result is already in OUT is not repeated, so a second call finishes what the first left
+(`--deadline` seconds per call). Prints the table of docs/fidelity.md.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sweep  # noqa: E402  (the reference's path, the configs, `--set` arguments)
+
+# Near the forum's and the capacity scenario's boundaries, and two smaller ones.
+CONFIGS = [
+    ("forum 1024² b2", sweep.FORUM, ["data.batch=2"]),
+    ("forum 824² b4", sweep.FORUM, ["data.size=[824,824]"]),
+    ("forum 856² b4", sweep.FORUM, ["data.size=[856,856]"]),
+    ("R50 OS16 512² b32", sweep.R50, ["model.output_stride=16", "data.batch=32"]),
+    ("R50 OS8 768² b8", sweep.R50, ["data.size=[768,768]", "data.batch=8"]),
+    ("R50 OS8 512² b4", sweep.R50, []),
+]
+# Ceilings relative to the need: half below (the replay says OOM), half at or above (it says fits).
+OFFSETS = [-0.04, -0.02, -0.01, -0.005, 0.005, 0.01, 0.02, 0.04]
+UNCAPPED = "120GiB"
+GIB = 2**30
+
+
+def slug(name):
+    return "".join(c if c.isalnum() else "-" for c in name)
+
+
+def need(args, name, cfg, sets):
+    """The replay's need of one uncapped `--exec` trial of the reference, in bytes, or None."""
+    path = os.path.join(args.out, f"{slug(name)}.need.json")
+    if not os.path.exists(path):
+        cmd = [args.bin, "trial", "--backend", "cuda", "--config", cfg, *sweep.sets_args(sets),
+               "--memory-limit", UNCAPPED, "--exec", f"{sys.executable} {sweep.REF} {{config}}",
+               "--json", path]
+        with open(path[:-5] + ".txt", "w") as log:
+            subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=300)
+    try:
+        return json.load(open(path))["allocator"]["need_bytes"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def on_device(args, name, cfg, sets, ceiling):
+    """The reference under `ceiling` bytes held by a ballast: "fits", "OOM", or why neither."""
+    path = os.path.join(args.out, f"{slug(name)}.{ceiling}.json")
+    if not os.path.exists(path):
+        cmd = [sys.executable, sweep.REF, cfg, *sweep.sets_args(sets), "--memory-limit", str(ceiling)]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        verdict = {0: "fits", sweep.EXIT_OOM: "OOM"}.get(r.returncode, f"exit {r.returncode}")
+        json.dump({"ceiling": ceiling, "verdict": verdict, "stderr": r.stderr[-2000:]}, open(path, "w"))
+    return json.load(open(path))["verdict"]
+
+
+def measure(args):
+    for name, cfg, sets in CONFIGS:
+        n = need(args, name, cfg, sets)
+        for off in OFFSETS if n else []:
+            if time.time() - args.t0 > args.deadline:
+                print(f"stopped at the deadline in {name}", file=sys.stderr)
+                return
+            on_device(args, name, cfg, sets, round(n * (1 + off)))
+
+
+def row(args, name, n):
+    """One configuration's cells and its counts (points, agreeing, agreeing within 2%)."""
+    cells, agree, close, seen = [], 0, 0, 0
+    passing, failing = None, None
+    for off in OFFSETS:
+        path = os.path.join(args.out, f"{slug(name)}.{round(n * (1 + off))}.json")
+        if not os.path.exists(path):
+            cells.append("–")
+            continue
+        verdict, predicted = json.load(open(path))["verdict"], "fits" if off >= 0 else "OOM"
+        seen += 1
+        ok = verdict == predicted
+        agree += ok
+        close += ok and abs(off) <= 0.02
+        cells.append(verdict if ok else f"**{verdict}**")
+        if verdict == "fits" and passing is None:
+            passing = off
+        if verdict == "OOM":
+            failing = off
+    bracket = "–" if passing is None or failing is None else f"{failing:+.1%} … {passing:+.1%}"
+    return cells, bracket, (seen, agree, close)
+
+
+def table(args):
+    head = " | ".join(f"{o:+.1%}" for o in OFFSETS)
+    print(f"| configuration | replay's need | {head} | smallest passing ceiling, device |")
+    print("|" + " --- |" * (len(OFFSETS) + 3))
+    total = [0, 0, 0]
+    for name, cfg, sets in CONFIGS:
+        n = need(args, name, cfg, sets) if args.bin else read_need(args, name)
+        if n is None:
+            print(f"| {name} | – |" + " – |" * (len(OFFSETS) + 1))
+            continue
+        cells, bracket, counts = row(args, name, n)
+        total = [t + c for t, c in zip(total, counts)]
+        print(f"| {name} | {n / GIB:.2f} GiB | {' | '.join(cells)} | need {bracket} |")
+    print(f"\n{total[1]} of {total[0]} points with the replay's verdict, "
+          f"{total[2]} of them within 2% of the need.")
+
+
+def read_need(args, name):
+    try:
+        return json.load(open(os.path.join(args.out, f"{slug(name)}.need.json")))["allocator"]["need_bytes"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--bin", help="the oom-bisect binary (measures); without it, --table only")
+    p.add_argument("--out", required=True)
+    p.add_argument("--table", action="store_true", help="print the table from OUT, run nothing")
+    p.add_argument("--deadline", type=float, default=540, help="seconds of measuring per call")
+    args = p.parse_args()
+    args.t0 = time.time()
+    os.makedirs(args.out, exist_ok=True)
+    if not args.table:
+        if not args.bin:
+            p.error("--bin is needed to measure")
+        measure(args)
+    else:
+        args.bin = None
+    table(args)
+
+
+if __name__ == "__main__":
+    main()

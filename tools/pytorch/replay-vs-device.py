@@ -2,18 +2,20 @@
 """The replay against the device, for `--exec` with the PyTorch reference (deeplabv3plus.py): for
 each configuration, one run without a ceiling whose allocator trace oom-bisect replays (its need:
 the smallest ceiling, context included, under which PyTorch's allocator holds that trace), then
-real runs of the reference under ceilings just below and above that need, each held by a ballast
-(the rest of the card filled: the device's own out-of-memory), one at a time. The replay predicts
+real runs of the reference under ceilings just below and above that need, each held by PyTorch's
+own per-process cap (the reference's `--cap`: its allocator refuses past the ceiling less what the
+process holds outside it, measured by NVML), several at once on one card. The replay predicts
 "fits" exactly where the ceiling is at least the need; the table counts where the device agrees,
 and brackets the smallest ceiling the device passes.
 
-    python3 tools/pytorch/replay-vs-device.py --bin target/release/oom-bisect --out /tmp/rvd
+    python3 tools/pytorch/replay-vs-device.py --bin target/release/oom-bisect --out /tmp/rvd [--jobs 3]
     python3 tools/pytorch/replay-vs-device.py --out /tmp/rvd --table   # the table again, from files
 
 A run whose result is already in OUT is not repeated, so a second call finishes what the first left
 (`--deadline` seconds per call). Prints the table of docs/fidelity.md.
 """
 import argparse
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -34,7 +36,7 @@ CONFIGS = [
 ]
 # Ceilings relative to the need: half below (the replay says OOM), half at or above (it says fits).
 OFFSETS = [-0.04, -0.02, -0.01, -0.005, 0.005, 0.01, 0.02, 0.04]
-UNCAPPED = "120GiB"
+UNCAPPED = "70GiB"  # no ceiling, on an 80 GiB card too
 GIB = 2**30
 
 
@@ -47,7 +49,7 @@ def need(args, name, cfg, sets):
     path = os.path.join(args.out, f"{slug(name)}.need.json")
     if not os.path.exists(path):
         cmd = [args.bin, "trial", "--backend", "cuda", "--config", cfg, *sweep.sets_args(sets),
-               "--memory-limit", UNCAPPED, "--exec", f"{sys.executable} {sweep.REF} {{config}}",
+               "--memory-limit", UNCAPPED, "--ceiling-by", "command", "--exec", f"{sys.executable} {sweep.REF} {{config}}",
                "--json", path]
         with open(path[:-5] + ".txt", "w") as log:
             subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=300)
@@ -58,10 +60,10 @@ def need(args, name, cfg, sets):
 
 
 def on_device(args, name, cfg, sets, ceiling):
-    """The reference under `ceiling` bytes held by a ballast: "fits", "OOM", or why neither."""
+    """The reference under `ceiling` bytes held by its cap: "fits", "OOM", or why neither."""
     path = os.path.join(args.out, f"{slug(name)}.{ceiling}.json")
     if not os.path.exists(path):
-        cmd = [sys.executable, sweep.REF, cfg, *sweep.sets_args(sets), "--memory-limit", str(ceiling)]
+        cmd = [sys.executable, sweep.REF, cfg, *sweep.sets_args(sets), "--memory-limit", str(ceiling), "--cap"]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         verdict = {0: "fits", sweep.EXIT_OOM: "OOM"}.get(r.returncode, f"exit {r.returncode}")
         json.dump({"ceiling": ceiling, "verdict": verdict, "stderr": r.stderr[-2000:]}, open(path, "w"))
@@ -69,13 +71,18 @@ def on_device(args, name, cfg, sets, ceiling):
 
 
 def measure(args):
-    for name, cfg, sets in CONFIGS:
-        n = need(args, name, cfg, sets)
-        for off in OFFSETS if n else []:
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        # Two at once: a run without a ceiling may take what the card has.
+        needs = list(concurrent.futures.ThreadPoolExecutor(2).map(lambda c: need(args, *c), CONFIGS))
+        points = [(c, round(n * (1 + off))) for c, n in zip(CONFIGS, needs) if n for off in OFFSETS]
+
+        def point(p):
             if time.time() - args.t0 > args.deadline:
-                print(f"stopped at the deadline in {name}", file=sys.stderr)
+                print(f"stopped at the deadline before {p[0][0]} at {p[1]}", file=sys.stderr)
                 return
-            on_device(args, name, cfg, sets, round(n * (1 + off)))
+            on_device(args, *p[0], p[1])
+
+        list(pool.map(point, points))
 
 
 def row(args, name, n):
@@ -130,6 +137,7 @@ def main():
     p.add_argument("--bin", help="the oom-bisect binary (measures); without it, --table only")
     p.add_argument("--out", required=True)
     p.add_argument("--table", action="store_true", help="print the table from OUT, run nothing")
+    p.add_argument("--jobs", type=int, default=3, help="runs at once on the card")
     p.add_argument("--deadline", type=float, default=540, help="seconds of measuring per call")
     args = p.parse_args()
     args.t0 = time.time()

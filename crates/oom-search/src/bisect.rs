@@ -251,9 +251,10 @@ impl Search<'_> {
     }
 
     /// The trial at value `i` inside the interval `lo..hi`: without the ceiling where the search
-    /// probes so and `predictor` puts it over the ceiling, unless an out-of-memory or a fit there
-    /// would close the interval (a neighbour of an end). A probe predicted to fit runs under the
-    /// ceiling: a fit says its need there too and is its own certificate.
+    /// probes so and `predictor` puts it over the ceiling (or a probe it put under ran out of
+    /// memory there, saying no need), unless an out-of-memory or a fit there would close the
+    /// interval (a neighbour of an end). A probe predicted to fit runs under the ceiling: a fit
+    /// says its need there too and is its own certificate.
     fn probe_inside(
         &self,
         s: &mut Searcher<'_>,
@@ -266,7 +267,10 @@ impl Search<'_> {
     }
 
     fn runs_free(&self, i: usize, lo: usize, hi: usize, predictor: &Predictor) -> bool {
-        self.free && i > lo + 1 && i + 1 < hi && !predictor.predicts_fit(i)
+        self.free
+            && i > lo + 1
+            && i + 1 < hi
+            && (predictor.overshot() || !predictor.predicts_fit(i))
     }
 
     /// The candidate [`Search::probe_inside`] runs for value `j` (what to start ahead).

@@ -90,6 +90,12 @@ pub(crate) struct Predictor {
     /// the boundary, and plain bisection halves what is left.
     turned: bool,
     repredicted: bool,
+    /// The last predicted probe said its need: the next prediction is drawn through it (a secant
+    /// step), instead of galloping away from a guess whose miss is known in bytes.
+    said_need: bool,
+    /// A probe predicted to fit ran out of memory under the ceiling without saying its need: the
+    /// line is off, and only runs without the ceiling can redraw it.
+    overshot: bool,
 }
 
 impl Predictor {
@@ -110,6 +116,8 @@ impl Predictor {
             streak: 0,
             turned: false,
             repredicted: false,
+            said_need: false,
+            overshot: false,
         }
     }
 
@@ -142,12 +150,25 @@ impl Predictor {
                 .or(m.peak_bytes)
                 .is_some_and(|b| (b as f64) < FAR_BELOW * self.ceiling);
         self.last = Some((index, m.outcome, far_below));
+        self.said_need = m.need_bytes.is_some();
+        self.overshot |= m.outcome == Outcome::Oom && m.need_bytes.is_none();
+    }
+
+    /// Whether a probe predicted to fit ran out of memory without saying its need (see
+    /// [`Predictor::overshot`]'s field).
+    pub(crate) fn overshot(&self) -> bool {
+        self.overshot
     }
 
     /// The next predicted probe inside `open`, or `None` for plain bisection from now on.
     pub(crate) fn next_guess(&mut self, lo: usize, hi: usize, open: &[usize]) -> Option<usize> {
         if self.left == 0 {
             return None;
+        }
+        if self.said_need {
+            // A secant step: a turn is expected, and the line through the new need says where.
+            self.last = None;
+            return self.take(self.predict(lo, hi), open);
         }
         match self.last {
             Some((_, Outcome::Fits, true)) => {
@@ -170,6 +191,12 @@ impl Predictor {
                 self.predict(lo, hi)
             }
         };
+        self.take(guess, open)
+    }
+
+    /// `guess` as the next predicted probe where it is still open (one fewer left), else none from
+    /// now on.
+    fn take(&mut self, guess: Option<usize>, open: &[usize]) -> Option<usize> {
         match guess.filter(|g| open.contains(g)) {
             Some(g) => {
                 self.left -= 1;

@@ -414,6 +414,15 @@ fn a_capacity_search_on_needs_never_runs_the_top() {
 /// replay says (where the two disagree, the device is the certificate).
 struct ForumDevice {
     slack: f64,
+    /// GiB the allocator holds beyond the smooth curve, most at 800², none below 400²: what bends
+    /// a line drawn through the ends of the axis (held blocks of split segments do).
+    bump: f64,
+}
+
+impl ForumDevice {
+    fn need(&self, side: u64) -> f64 {
+        forum_need(side) + self.bump * (1.0 - (side as f64 - 800.0).abs() / 400.0).max(0.0)
+    }
 }
 
 const FORUM_CEILING: f64 = 23.7;
@@ -438,10 +447,12 @@ fn side(c: &Candidate) -> u64 {
 
 impl Oracle for ForumDevice {
     fn run(&mut self, c: &Candidate, _: u32) -> Measurement {
-        let need = forum_need(side(c));
+        let need = self.need(side(c));
         let gib = |g: f64| (g * (1u64 << 30) as f64) as u64;
         let fits = c.unbounded || need <= FORUM_CEILING + self.slack;
         let mut m = Measurement::new(if fits { Outcome::Fits } else { Outcome::Oom });
+        // As a real trial's report: its device verdict against its own stream's replay.
+        m.replay_disagrees = !c.unbounded && fits != (need <= FORUM_CEILING);
         if m.outcome == Outcome::Fits {
             m.need_bytes = Some(gib(need));
             m.peak_bytes = Some(gib(need));
@@ -519,8 +530,20 @@ fn probes_without_the_ceiling_find_the_size_boundary_in_fewer_trials() {
         .map(|k| 8 * k)
         .filter(|s| forum_need(*s) <= FORUM_CEILING)
         .max();
-    let capped = forum_size_search(&mut ForumDevice { slack: 0.0 }, false);
-    let free = forum_size_search(&mut ForumDevice { slack: 0.0 }, true);
+    let capped = forum_size_search(
+        &mut ForumDevice {
+            slack: 0.0,
+            bump: 0.0,
+        },
+        false,
+    );
+    let free = forum_size_search(
+        &mut ForumDevice {
+            slack: 0.0,
+            bump: 0.0,
+        },
+        true,
+    );
     for d in [&capped, &free] {
         let (fit, oom) = boundary(d);
         assert_eq!(side(&fit.candidate), truth.unwrap());
@@ -534,12 +557,49 @@ fn probes_without_the_ceiling_find_the_size_boundary_in_fewer_trials() {
     assert!(after < before, "{after} trials, {before} under the ceiling");
 }
 
+/// Where the line through the ends puts the boundary too high, the probe predicted to fit runs out
+/// of memory under the ceiling and says no need; the probes after it run without the ceiling, so
+/// that each draws the next line through a need (a secant step), instead of galloping down through
+/// out-of-memories that say nothing.
+#[test]
+fn a_line_that_overshoots_is_redrawn_through_needs() {
+    let device = ForumDevice {
+        slack: 0.0,
+        bump: 3.5,
+    };
+    let truth = (4..=128)
+        .map(|k| 8 * k)
+        .filter(|s| device.need(*s) <= FORUM_CEILING)
+        .max()
+        .unwrap();
+    let capped = forum_size_search(&mut ForumDevice { ..device }, false);
+    let free = forum_size_search(&mut ForumDevice { ..device }, true);
+    for d in [&capped, &free] {
+        let (fit, oom) = boundary(d);
+        assert_eq!(
+            (side(&fit.candidate), side(&oom.candidate)),
+            (truth, truth + 8)
+        );
+    }
+    let (before, after) = (capped.axes[0].trials, free.axes[0].trials);
+    assert!(after < before, "{after} trials, {before} under the ceiling");
+    // Galloping down from the overshoot under the ceiling: 792, 784, 768, 736, 752, 760 and the
+    // bottom. Redrawn through the need at 768: 792, 784, 768, 760, and 768's certificate.
+    assert!(after <= 6, "{after} trials");
+}
+
 /// Where the device fits a side that the replay puts over the ceiling, the device's verdict
 /// stands: the boundary is searched on from it under the ceiling, and the side says so. (The
 /// replay puts the boundary at 816 | 824, the device 0.75 GiB higher at 832 | 840.)
 #[test]
 fn the_device_overrules_a_replay_it_contradicts() {
-    let d = forum_size_search(&mut ForumDevice { slack: 0.75 }, true);
+    let d = forum_size_search(
+        &mut ForumDevice {
+            slack: 0.75,
+            bump: 0.0,
+        },
+        true,
+    );
     let (fit, oom) = boundary(&d);
     assert_eq!((side(&fit.candidate), side(&oom.candidate)), (832, 840));
     assert!(fit.measurement.replay_disagrees, "{fit:?}");

@@ -104,7 +104,12 @@ def row(args, name, n):
             passing = off
         if verdict == "OOM":
             failing = off
-    bracket = "–" if passing is None or failing is None else f"{failing:+.1%} … {passing:+.1%}"
+    if passing is None or failing is None:
+        bracket = "–"
+    elif failing < passing:
+        bracket = f"need {failing:+.1%} … {passing:+.1%}"
+    else:
+        bracket = f"not monotone: fits at {passing:+.1%}, OOM up to {failing:+.1%}"
     return cells, bracket, (seen, agree, close)
 
 
@@ -120,7 +125,7 @@ def table(args):
             continue
         cells, bracket, counts = row(args, name, n)
         total = [t + c for t, c in zip(total, counts)]
-        print(f"| {name} | {n / GIB:.2f} GiB | {' | '.join(cells)} | need {bracket} |")
+        print(f"| {name} | {n / GIB:.2f} GiB | {' | '.join(cells)} | {bracket} |")
     print(f"\n{total[1]} of {total[0]} points with the replay's verdict, "
           f"{total[2]} of them within 2% of the need.")
 

@@ -596,6 +596,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_written_stream_reads_back_in_order() {
+        use pytorch_allocator::Event;
+        let path =
+            std::env::temp_dir().join(format!("oom-bisect-stream-{}.json", std::process::id()));
+        let stream = [
+            Event::Alloc { id: 7, size: 512 },
+            Event::Alloc { id: 8, size: 2048 },
+            Event::Free { id: 7 },
+        ];
+        write_stream(&path, &stream, 100).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"before": 100, "events": [["alloc", 7, 512], ["alloc", 8, 2048], ["free", 7]]})
+        );
+    }
+
+    #[test]
     fn an_out_of_memory_ends_the_trial_without_waiting_for_follow_ons() {
         assert!(grace_after_panic(true) <= Duration::from_millis(50));
         // Any other first panic still waits for an allocation refused after it.

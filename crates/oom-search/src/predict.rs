@@ -154,8 +154,8 @@ impl Predictor {
         self.overshot |= m.outcome == Outcome::Oom && m.need_bytes.is_none();
     }
 
-    /// Whether a probe predicted to fit ran out of memory without saying its need (see
-    /// [`Predictor::overshot`]'s field).
+    /// Whether a probe predicted to fit ran out of memory under the ceiling without saying its
+    /// need: the line is off, and the axis's next probes run without the ceiling to redraw it.
     pub(crate) fn overshot(&self) -> bool {
         self.overshot
     }

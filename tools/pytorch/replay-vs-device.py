@@ -45,16 +45,21 @@ def slug(name):
 
 
 def need(args, name, cfg, sets):
-    """The replay's need of one uncapped `--exec` trial of the reference, in bytes, or None."""
+    """The replay's need of one uncapped `--exec` trial of the reference (run if not in OUT)."""
     path = os.path.join(args.out, f"{slug(name)}.need.json")
     if not os.path.exists(path):
         cmd = [args.bin, "trial", "--backend", "cuda", "--config", cfg, *sweep.sets_args(sets),
-               "--memory-limit", UNCAPPED, "--ceiling-by", "command", "--exec", f"{sys.executable} {sweep.REF} {{config}}",
-               "--json", path]
+               "--memory-limit", UNCAPPED, "--ceiling-by", "command",
+               "--exec", f"{sys.executable} {sweep.REF} {{config}}", "--json", path]
         with open(path[:-5] + ".txt", "w") as log:
             subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=300)
+    return read_need(args, name)
+
+
+def read_need(args, name):
+    """The need in OUT, in bytes, or None where its trial left none."""
     try:
-        return json.load(open(path))["allocator"]["need_bytes"]
+        return json.load(open(os.path.join(args.out, f"{slug(name)}.need.json")))["allocator"]["need_bytes"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -118,8 +123,8 @@ def table(args):
     print(f"| configuration | replay's need | {head} | smallest passing ceiling, device |")
     print("|" + " --- |" * (len(OFFSETS) + 3))
     total = [0, 0, 0]
-    for name, cfg, sets in CONFIGS:
-        n = need(args, name, cfg, sets) if args.bin else read_need(args, name)
+    for name, _, _ in CONFIGS:
+        n = read_need(args, name)
         if n is None:
             print(f"| {name} | – |" + " – |" * (len(OFFSETS) + 1))
             continue
@@ -129,12 +134,6 @@ def table(args):
     print(f"\n{total[1]} of {total[0]} points with the replay's verdict, "
           f"{total[2]} of them within 2% of the need.")
 
-
-def read_need(args, name):
-    try:
-        return json.load(open(os.path.join(args.out, f"{slug(name)}.need.json")))["allocator"]["need_bytes"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 def main():
@@ -151,8 +150,6 @@ def main():
         if not args.bin:
             p.error("--bin is needed to measure")
         measure(args)
-    else:
-        args.bin = None
     table(args)
 
 

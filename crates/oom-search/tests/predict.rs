@@ -412,6 +412,7 @@ fn a_capacity_search_on_needs_never_runs_the_top() {
 /// none; one without the ceiling (on the whole card) always says it. Needs grow a little faster
 /// than the pixels, with a pool's worth of wobble; `slack`: GiB the device fits beyond what the
 /// replay says (where the two disagree, the device is the certificate).
+#[derive(Default)]
 struct ForumDevice {
     slack: f64,
     /// GiB the allocator holds beyond the smooth curve, most at 800², none below 400²: what bends
@@ -530,20 +531,8 @@ fn probes_without_the_ceiling_find_the_size_boundary_in_fewer_trials() {
         .map(|k| 8 * k)
         .filter(|s| forum_need(*s) <= FORUM_CEILING)
         .max();
-    let capped = forum_size_search(
-        &mut ForumDevice {
-            slack: 0.0,
-            bump: 0.0,
-        },
-        false,
-    );
-    let free = forum_size_search(
-        &mut ForumDevice {
-            slack: 0.0,
-            bump: 0.0,
-        },
-        true,
-    );
+    let capped = forum_size_search(&mut ForumDevice::default(), false);
+    let free = forum_size_search(&mut ForumDevice::default(), true);
     for d in [&capped, &free] {
         let (fit, oom) = boundary(d);
         assert_eq!(side(&fit.candidate), truth.unwrap());
@@ -563,17 +552,17 @@ fn probes_without_the_ceiling_find_the_size_boundary_in_fewer_trials() {
 /// out-of-memories that say nothing.
 #[test]
 fn a_line_that_overshoots_is_redrawn_through_needs() {
-    let device = ForumDevice {
-        slack: 0.0,
+    let mut device = ForumDevice {
         bump: 3.5,
+        ..Default::default()
     };
     let truth = (4..=128)
         .map(|k| 8 * k)
         .filter(|s| device.need(*s) <= FORUM_CEILING)
         .max()
         .unwrap();
-    let capped = forum_size_search(&mut ForumDevice { ..device }, false);
-    let free = forum_size_search(&mut ForumDevice { ..device }, true);
+    let capped = forum_size_search(&mut device, false);
+    let free = forum_size_search(&mut device, true);
     for d in [&capped, &free] {
         let (fit, oom) = boundary(d);
         assert_eq!(
@@ -596,7 +585,7 @@ fn the_device_overrules_a_replay_it_contradicts() {
     let d = forum_size_search(
         &mut ForumDevice {
             slack: 0.75,
-            bump: 0.0,
+            ..Default::default()
         },
         true,
     );

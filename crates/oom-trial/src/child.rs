@@ -573,6 +573,35 @@ fn write_stream(
         .map_err(|e| anyhow!("{STREAM_OUT}: cannot write {}: {e}", path.display()))
 }
 
+/// A stream [`write_stream`] wrote: the bytes held before it, and its events.
+pub fn read_stream(path: &std::path::Path) -> Result<(u64, Vec<pytorch_allocator::Event>)> {
+    use pytorch_allocator::Event;
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Line {
+        Alloc(String, u64, u64),
+        Free(String, u64),
+    }
+    #[derive(serde::Deserialize)]
+    struct File {
+        before: u64,
+        events: Vec<Line>,
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow!("cannot read the stream {}: {e}", path.display()))?;
+    let file: File = serde_json::from_str(&text)
+        .map_err(|e| anyhow!("{} is not a stream {STREAM_OUT} wrote: {e}", path.display()))?;
+    let events = file.events.into_iter().map(|l| match l {
+        Line::Alloc(a, id, size) if a == "alloc" => Ok(Event::Alloc { id, size }),
+        Line::Free(a, id) if a == "free" => Ok(Event::Free { id }),
+        _ => Err(anyhow!(
+            "{}: an event is neither alloc nor free",
+            path.display()
+        )),
+    });
+    Ok((file.before, events.collect::<Result<_>>()?))
+}
+
 /// The trial's last events: its stream replayed, then what it measured.
 fn done(meter: &mut Meter, req: &Request, check: f64) -> Result<()> {
     if meter.replays() {
@@ -607,7 +636,9 @@ mod tests {
         ];
         write_stream(&path, &stream, 100).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
+        let read = read_stream(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
+        assert_eq!(read, (100, stream.to_vec()));
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(
             v,

@@ -24,6 +24,7 @@ mod contain;
 mod held;
 mod peak;
 mod torch_trace;
+pub use torch_trace::read_file as read_torch_trace;
 #[cfg(feature = "cuda")]
 mod watch;
 

@@ -32,6 +32,13 @@ impl MemoryLayoutPolicy for PitchedMemoryLayoutPolicy {
                 let last_dim = descriptor.shape.last().copied().unwrap_or(1);
                 let pitch_align = match descriptor.strategy {
                     MemoryLayoutStrategy::Contiguous => 1,
+                    // oom-bisect patch: PyTorch's tensors are contiguous; rows padded to 512
+                    // bytes (a 107-wide f32 map held as 128 wide) would ask for 1.2x the bytes.
+                    MemoryLayoutStrategy::Optimized
+                        if crate::memory_management::oom_bisect::pytorch() =>
+                    {
+                        1
+                    }
                     MemoryLayoutStrategy::Optimized => {
                         optimal_align(last_dim, descriptor.elem_size, self.mem_alignment)
                     }

@@ -69,6 +69,12 @@ impl TorchTrace {
     }
 }
 
+/// A trace file written by the sitecustomize (what `--exec` replays), read as the stream.
+pub fn read_file(path: &std::path::Path) -> Result<Traced> {
+    let f = std::fs::File::open(path)?;
+    read_trace(f).with_context(|| format!("the allocator trace {}", path.display()))
+}
+
 fn read_trace(f: std::fs::File) -> Result<Traced> {
     if f.metadata()?.len() > MAX_TRACE {
         bail!("larger than {} MiB", MAX_TRACE >> 20);

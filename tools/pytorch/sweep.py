@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Side-by-side sweep (issue 25, item 5): each candidate run by the built-in model
+"""Side-by-side sweep: each candidate run by the built-in model
 (`oom-bisect trial`) and by the PyTorch reference (deeplabv3plus.py) under the same 24 GiB ceiling,
 both held inside the process (`--ceiling-by cap`, `--cap`), several runs at once on one card.
 

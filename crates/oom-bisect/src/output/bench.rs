@@ -22,6 +22,7 @@ pub fn bench(
         d.trials.len()
     );
     s += &axes(d);
+    s += &by_step(d);
     // Reports in the order the trials ran.
     let ran: Vec<&TrialReport> = d
         .trials
@@ -53,6 +54,35 @@ fn axes(d: &Diagnosis) -> String {
         );
     }
     s
+}
+
+/// How many trials each step of the diagnosis ran, in the order of the steps: where a count could
+/// still shrink.
+fn by_step(d: &Diagnosis) -> String {
+    use oom_search::Purpose::*;
+    let steps = ["original", "axes", "fixes", "modules", "minimal failing"];
+    let mut n = [0usize; 5];
+    for t in &d.trials {
+        let k = match t.purpose {
+            Original | Need => 0,
+            Axis { .. } | Confirm { .. } | Capacity { .. } => 1,
+            Fix { .. } => 2,
+            Modules => 3,
+            Minimise => 4,
+        };
+        n[k] += 1;
+    }
+    let parts: Vec<String> = steps
+        .iter()
+        .zip(n)
+        .filter(|(_, k)| *k > 0)
+        .map(|(s, k)| format!("{s} {k}"))
+        .collect();
+    format!(
+        "  trials by step: {}
+",
+        parts.join(", ")
+    )
 }
 
 /// The mean, or nothing when nothing was measured (a `--exec` command builds no model and reports
@@ -225,6 +255,46 @@ impl Steps {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn trials_are_counted_by_step_and_steps_without_trials_left_out() {
+        use oom_search::{Measurement, Outcome, Purpose, TrialRecord};
+        let trial = |purpose| TrialRecord {
+            candidate: Candidate::original(),
+            purpose,
+            attempt: 0,
+            measurement: Measurement::new(Outcome::Fits),
+        };
+        let axis = || Purpose::Axis {
+            axis: "batch".into(),
+            lo: "1".into(),
+            hi: "4".into(),
+        };
+        let d = Diagnosis {
+            original: Measurement::new(Outcome::Oom),
+            need: None,
+            axes: vec![],
+            capacity: vec![],
+            fixes: vec![],
+            modules: None,
+            module_costs: vec![],
+            minimal_failing: None,
+            trials: vec![
+                trial(Purpose::Original),
+                trial(Purpose::Need),
+                trial(axis()),
+                trial(Purpose::Confirm {
+                    axis: "batch".into(),
+                }),
+                trial(Purpose::Minimise),
+            ],
+            budget_exhausted: false,
+        };
+        assert_eq!(
+            by_step(&d),
+            "  trials by step: original 2, axes 2, minimal failing 1\n"
+        );
+    }
 
     #[test]
     fn slots_say_rounds_and_how_busy_each_worker_was() {

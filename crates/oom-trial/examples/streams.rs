@@ -8,7 +8,7 @@
 //! PYTHONPATH=crates/oom-trial/src/exec OOM_BISECT_TORCH_TRACE=pytorch.json \
 //!     python3 tools/pytorch/deeplabv3plus.py C
 //! # anywhere
-//! cargo run --release -p oom-trial --example streams -- builtin.json pytorch.json
+//! cargo run --release --example streams -- builtin.json pytorch.json
 //! ```
 //!
 //! Prints, per stream: its requests, the peak of allocated bytes, the smallest cap it fits under

@@ -573,7 +573,7 @@ fn write_stream(
         .map_err(|e| anyhow!("{STREAM_OUT}: cannot write {}: {e}", path.display()))
 }
 
-/// A stream [`write_stream`] wrote: the bytes held before it, and its events.
+/// A stream a trial wrote under `OOM_BISECT_STREAM_OUT`: the bytes held before it, and its events.
 pub fn read_stream(path: &std::path::Path) -> Result<(u64, Vec<pytorch_allocator::Event>)> {
     use pytorch_allocator::Event;
     #[derive(serde::Deserialize)]

@@ -7,9 +7,9 @@ both held inside the process (`--ceiling-by cap`, `--cap`), several runs at once
     python3 tools/pytorch/sweep.py --out /tmp/sweep --table     # the table again, from the files
 
 Writes OUT/NAME.burn.json, OUT/NAME.pt.jsonl, OUT/sweep.jsonl (one line per candidate) and prints
-the table of docs/fidelity.md ("The sweep"): outcome and peak of each, whether they agree. A peak
-is device memory with the context: the built-in trial's own, PyTorch's reserved peak plus the
-context the reference measured (NVML). Attention runs PyTorch's default (need_weights=True, the
+the table behind docs/fidelity.md ("The sweep"): the outcome of each side, whether they agree, and
+a figure with the context: the built-in trial's need (the replay's smallest ceiling), PyTorch's
+reserved peak plus the context the reference measured (NVML). Attention runs PyTorch's default (need_weights=True, the
 N² matrix kept) or, with `model.attention_kernel = "efficient"`, its fused kernel.
 """
 import argparse
@@ -84,7 +84,10 @@ def burn_result(out, name):
         r = json.load(open(os.path.join(out, f"{name}.burn.json")))
     except (OSError, ValueError):
         return {"outcome": "missing"}
-    return {"outcome": r["outcome"], "peak": r.get("peak_bytes"), "diverged": r.get("diverged")}
+    # The need (the replay's smallest ceiling, context included) where the trial has one: the
+    # uncapped replay's reserved peak, which `peak_bytes` is then, may pass a ceiling it fits under.
+    need = (r.get("allocator") or {}).get("need_bytes")
+    return {"outcome": r["outcome"], "peak": need or r.get("peak_bytes"), "diverged": r.get("diverged")}
 
 
 def pytorch(out, name, cfg, sets):
@@ -150,7 +153,7 @@ def main():
             note = " (diverged)" if b.get("diverged") else ""
             rows.append(f"| {n} | `{' '.join(s)}` | {b['outcome']} {gib(b.get('peak'))}{note} "
                         f"| {t['outcome']} {gib(t.get('peak'))} | {'yes' if same else '**no**'} |")
-    print("| candidate | sets | built-in (GiB) | PyTorch (GiB) | agree |")
+    print("| candidate | sets | built-in: need (GiB) | PyTorch: peak reserved + context (GiB) | agree |")
     print("|---|---|---|---|---|")
     print("\n".join(rows))
     print(f"\n{agree} of {len(cands)} agree ({100 * agree / len(cands):.0f}%); "

@@ -209,6 +209,22 @@ pub struct Diagnosis {
 }
 
 impl Diagnosis {
+    /// A diagnosis of `original` before any step after it: nothing searched, no trial recorded.
+    pub fn of(original: Measurement) -> Diagnosis {
+        Diagnosis {
+            original,
+            need: None,
+            axes: vec![],
+            capacity: vec![],
+            fixes: vec![],
+            modules: None,
+            module_costs: vec![],
+            minimal_failing: None,
+            trials: vec![],
+            budget_exhausted: false,
+        }
+    }
+
     /// The last fit and first out-of-memory of the axis tagged `tag`, when it has a boundary.
     pub fn boundary(&self, tag: Tag) -> Option<(&crate::bisect::Probe, &crate::bisect::Probe)> {
         match &self.axes.iter().find(|a| a.tag == tag)?.verdict {

@@ -48,18 +48,7 @@ pub fn diagnose(
     // workers may start what an OOM diagnosis will need first.
     s.guess(&oom_fan_out(space, opts));
     let original = s.measure(&Candidate::original(), Purpose::Original);
-    let mut d = Diagnosis {
-        original: original.clone(),
-        need: None,
-        axes: vec![],
-        capacity: vec![],
-        fixes: vec![],
-        modules: None,
-        module_costs: vec![],
-        minimal_failing: None,
-        trials: vec![],
-        budget_exhausted: false,
-    };
+    let mut d = Diagnosis::of(original.clone());
     match original.outcome {
         Outcome::Inconclusive => {}
         Outcome::Fits => d.capacity = capacity(&mut s, space, opts, &original),

@@ -271,14 +271,6 @@ mod tests {
             hi: "4".into(),
         };
         let d = Diagnosis {
-            original: Measurement::new(Outcome::Oom),
-            need: None,
-            axes: vec![],
-            capacity: vec![],
-            fixes: vec![],
-            modules: None,
-            module_costs: vec![],
-            minimal_failing: None,
             trials: vec![
                 trial(Purpose::Original),
                 trial(Purpose::Need),
@@ -288,7 +280,7 @@ mod tests {
                 }),
                 trial(Purpose::Minimise),
             ],
-            budget_exhausted: false,
+            ..Diagnosis::of(Measurement::new(Outcome::Oom))
         };
         assert_eq!(
             by_step(&d),

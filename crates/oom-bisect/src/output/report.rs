@@ -484,21 +484,13 @@ mod tests {
     #[test]
     fn module_rows_do_not_move_with_unshown_peaks() {
         let d = Diagnosis {
-            original: Measurement::new(Outcome::Oom),
-            need: None,
-            axes: vec![],
-            capacity: vec![],
-            fixes: vec![],
-            modules: None,
             module_costs: vec![
                 cost("aspp", Outcome::Oom, 20),
                 cost("layer4", Outcome::Fits, 19),
                 cost("decoder", Outcome::Oom, 3),
                 cost("layer3", Outcome::Fits, 18),
             ],
-            minimal_failing: None,
-            trials: vec![],
-            budget_exhausted: false,
+            ..Diagnosis::of(Measurement::new(Outcome::Oom))
         };
         let labels: Vec<String> = super::module_costs(&d)
             .lines()

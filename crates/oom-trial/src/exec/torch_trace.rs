@@ -71,8 +71,10 @@ impl TorchTrace {
 
 /// A trace file written by the sitecustomize (what `--exec` replays), read as the stream.
 pub fn read_file(path: &std::path::Path) -> Result<Traced> {
-    let f = std::fs::File::open(path)?;
-    read_trace(f).with_context(|| format!("the allocator trace {}", path.display()))
+    std::fs::File::open(path)
+        .map_err(anyhow::Error::from)
+        .and_then(read_trace)
+        .with_context(|| format!("the allocator trace {}", path.display()))
 }
 
 fn read_trace(f: std::fs::File) -> Result<Traced> {

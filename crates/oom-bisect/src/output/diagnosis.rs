@@ -126,13 +126,20 @@ fn in_short(d: &Diagnosis, cx: &Context<'_>, split: Option<&Split<'_>>) -> Optio
             carries(cx, &items[0])
                 .map(|c| format!(", which carries {c}"))
                 .unwrap_or_default(),
-            super::figure(measurement)
-                .map(|f| format!("; without it, it {f}"))
-                .unwrap_or_default()
+            without_it(measurement)
         ),
         _ => String::new(),
     };
     Some(format!("In short: {what}{block}."))
+}
+
+/// "; without it, it needs 228.0 MiB" (or "its peak is …" where the trial says no need).
+fn without_it(m: &oom_search::Measurement) -> String {
+    match super::Figure::of(m) {
+        Some(super::Figure::Need(n)) => format!("; without it, it needs {}", fmt_bytes(n)),
+        Some(super::Figure::Peak(p)) => format!("; without it, its peak is {}", fmt_bytes(p)),
+        None => String::new(),
+    }
 }
 
 /// ", on top of the optimizer state (54.3 MiB: forward and backward without an update fit)": where
@@ -383,6 +390,18 @@ mod tests {
             candidate: Candidate::original(),
             measurement,
         }
+    }
+
+    /// The sentence on the block whose removal saves most reads as a sentence whichever figure
+    /// the trial has: a need, or (an estimate, a run not replayed) only its peak.
+    #[test]
+    fn without_the_block_names_a_need_or_a_peak() {
+        let mut m = Measurement::new(Outcome::Fits);
+        assert_eq!(without_it(&m), "");
+        m.peak_bytes = Some(14 << 30);
+        assert_eq!(without_it(&m), "; without it, its peak is 14.00 GiB");
+        m.need_bytes = Some(228 << 20);
+        assert_eq!(without_it(&m), "; without it, it needs 228.0 MiB");
     }
 
     /// A fix that fits although its loss diverged is said to fit in memory, with how it diverged

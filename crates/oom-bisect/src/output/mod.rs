@@ -69,16 +69,29 @@ pub fn outcome_cell(m: &oom_search::Measurement) -> String {
     }
 }
 
-/// A trial's figure in a row: what it needs where its run was replayed through the caching
-/// allocator ("needs 24.10 GiB", whatever its outcome), else the peak of a fit.
-pub fn figure(m: &oom_search::Measurement) -> Option<String> {
-    match (m.need_bytes, m.outcome, m.peak_bytes) {
-        (Some(n), _, _) => Some(format!("needs {}", oom_trial::fmt_bytes(n))),
-        (None, oom_search::Outcome::Fits, Some(p)) => {
-            Some(format!("peak {}", oom_trial::fmt_bytes(p)))
+/// The one number a trial is shown by: what it needs where its run was replayed through the
+/// caching allocator (whatever its outcome), else the peak of a fit.
+pub enum Figure {
+    Need(u64),
+    Peak(u64),
+}
+
+impl Figure {
+    pub fn of(m: &oom_search::Measurement) -> Option<Figure> {
+        match (m.need_bytes, m.outcome, m.peak_bytes) {
+            (Some(n), _, _) => Some(Figure::Need(n)),
+            (None, oom_search::Outcome::Fits, Some(p)) => Some(Figure::Peak(p)),
+            _ => None,
         }
-        _ => None,
     }
+}
+
+/// A trial's figure in a row: "needs 24.10 GiB" or "peak 23.1 GiB".
+pub fn figure(m: &oom_search::Measurement) -> Option<String> {
+    Some(match Figure::of(m)? {
+        Figure::Need(n) => format!("needs {}", oom_trial::fmt_bytes(n)),
+        Figure::Peak(p) => format!("peak {}", oom_trial::fmt_bytes(p)),
+    })
 }
 
 /// How to call this program in a line the user can paste: the path it was started by when that

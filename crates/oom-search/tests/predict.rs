@@ -672,3 +672,92 @@ fn needs_along_the_estimate_find_the_depth_boundary() {
     }
     assert!(trials[1] < trials[0], "{trials:?}");
 }
+
+/// The forum's batch and size together, as a device under a ceiling runs them: need grows with
+/// the batch and a little faster than the pixels; a run that runs out of memory under the ceiling
+/// says no need, one without the ceiling always does.
+struct ForumPlane;
+
+fn plane_need(batch: u64, side: u64) -> f64 {
+    let pixels = (side * side) as f64;
+    0.9 + batch as f64 * pixels * 7.57e-6 * (1.0 + 0.15 * side as f64 / 1024.0)
+        + [0.0, 0.12, 0.04, 0.09][(side / 8 % 4) as usize]
+}
+
+fn batch(c: &Candidate) -> u64 {
+    c.get("data.batch").map_or(4, |v| v.parse().unwrap())
+}
+
+impl Oracle for ForumPlane {
+    fn run(&mut self, c: &Candidate, _: u32) -> Measurement {
+        let need = plane_need(batch(c), side(c));
+        let fits = c.unbounded || need <= FORUM_CEILING;
+        let mut m = Measurement::new(if fits { Outcome::Fits } else { Outcome::Oom });
+        if fits {
+            m.need_bytes = Some((need * (1u64 << 30) as f64) as u64);
+        }
+        m.base_bytes = Some(9 << 26);
+        m
+    }
+}
+
+/// The minimal failing configuration of the forum starts from the batch boundary (3 runs out of
+/// memory at 1024²) and lowers the size at batch 3, galloping down from 1024² on the axis's own
+/// values until one fits, then closing the interval: 1-minimal on those values, in five trials.
+#[test]
+fn the_forum_minimal_configuration_lowers_the_size_at_the_batch_boundary() {
+    let batch_axis = Axis {
+        tag: Tag::default(),
+        original: 3,
+        ..axis("batch", "data.batch", 4)
+    };
+    let space = Space {
+        axes: vec![batch_axis, forum_size_axis()],
+        capacity: vec![],
+        fixes: vec![],
+        modules: Modules {
+            key: "model.identity".into(),
+            encode: |_| String::new(),
+            fixed: vec![],
+            items: vec![],
+            unswappable: String::new(),
+        },
+    };
+    let opts = SearchOptions {
+        ceiling: Some((FORUM_CEILING * (1u64 << 30) as f64) as u64),
+        rerun_within: Some(0.005),
+        fixes: false,
+        modules: false,
+        probe_without_ceiling: true,
+        ..Default::default()
+    };
+    let mut ev = |_: &Event| {};
+    let d = diagnose(
+        &mut ForumPlane,
+        &mut ev,
+        &TestClock::default(),
+        &space,
+        &opts,
+    );
+    let m = d.minimal_failing.as_ref().unwrap();
+    // On the axis's own values (every 32 pixels): the minimal configuration is 1-minimal there.
+    let truth = (1..=32)
+        .map(|k| 32 * k)
+        .find(|s| plane_need(3, *s) > FORUM_CEILING)
+        .unwrap();
+    assert_eq!(
+        (batch(&m.candidate), side(&m.candidate)),
+        (3, truth),
+        "{m:?}"
+    );
+    assert!(m.one_minimal, "{m:?}");
+    // 992 and 960 run out of memory, 896 fits, 928 closes the interval, and batch 2 is the other
+    // passing neighbour.
+    let minimal = d
+        .trials
+        .iter()
+        .filter(|t| t.candidate.get("data.batch") == Some("3") || side(&t.candidate) == truth)
+        .filter(|t| t.candidate.sets.len() == 2)
+        .count();
+    assert!(minimal <= 5, "{minimal} trials");
+}

@@ -95,8 +95,8 @@ impl Dispatch {
         }
         match p.backend {
             BackendKind::Cuda => {
-                let mut d = gpus(p.devices.as_deref(), jobs, sharing(p))?;
-                d.spares &= p.ceiling_by == CeilingBy::Command;
+                let may_keep_spares = p.ceiling_by == CeilingBy::Command && p.spares != Some(false);
+                let mut d = gpus(p.devices.as_deref(), jobs, sharing(p), may_keep_spares)?;
                 // A command that holds its own ceiling is, in practice, a framework's start-up
                 // (the PyTorch reference: 10.4 s a trial five at once, 11.1 s alone): guesses
                 // cost the trials waited on little (capacity 111 s → 61 s, docs/performance.md).
@@ -230,21 +230,35 @@ fn sharing(p: &Placement) -> Option<u64> {
         .flatten()
 }
 
-/// Trials at once on visible GPU `i`: one, or under a cap as many ceilings as its free memory holds.
-fn per_gpu(i: usize, ceiling: Option<u64>) -> usize {
+/// Trials at once on a GPU with `free` bytes free: one, or under a cap as many ceilings as that holds.
+fn per_gpu(free: u64, ceiling: Option<u64>) -> usize {
     let Some(ceiling) = ceiling.filter(|&c| c > 0) else {
         return 1;
     };
-    let free = oom_trial::cuda_free_bytes(i).map_or(0, |(free, _)| free);
     ((free / ceiling) as usize).max(1)
 }
 
-fn gpus(devices: Option<&str>, jobs: Option<usize>, ceiling: Option<u64>) -> Result<Dispatch> {
+/// `ceiling`: where trials share a card, the ceiling each is held to. `may_keep_spares`: whether
+/// workers may keep idle commands beside their trials (see [`Dispatch::spares`]).
+fn gpus(
+    devices: Option<&str>,
+    jobs: Option<usize>,
+    ceiling: Option<u64>,
+    may_keep_spares: bool,
+) -> Result<Dispatch> {
     let visible = visible_gpus()?;
     let picked = pick(devices, &visible)?;
-    let counts: Vec<usize> = picked.iter().map(|(i, _)| per_gpu(*i, ceiling)).collect();
-    let slots = gpu_slots(&picked, &counts, jobs)?;
-    let spares = ceiling.is_some_and(|c| room_for_idle(&picked, &counts, c));
+    let frees: Vec<u64> = picked
+        .iter()
+        .map(|(i, _)| oom_trial::cuda_free_bytes(*i).map_or(0, |(free, _)| free))
+        .collect();
+    let counts: Vec<usize> = frees.iter().map(|f| per_gpu(*f, ceiling)).collect();
+    let mut slots = gpu_slots(&picked, &counts, jobs)?;
+    let spares = may_keep_spares && ceiling.is_some_and(|c| room_for_idle(&frees, &counts, c));
+    if let Some(c) = ceiling {
+        let idle = if spares { 2 * IDLE_COMMAND } else { 0 };
+        set_rooms(&mut slots, &picked, &frees, c, idle);
+    }
     Ok(Dispatch {
         guesses: slots.len() <= picked.len(),
         slots,
@@ -255,12 +269,39 @@ fn gpus(devices: Option<&str>, jobs: Option<usize>, ceiling: Option<u64>) -> Res
 
 /// Whether every picked card holds, beside `counts` ceilings, two idle commands a worker (a
 /// served worker's holder and spare before their first trials).
-fn room_for_idle(picked: &[(usize, String)], counts: &[usize], ceiling: u64) -> bool {
-    picked.iter().zip(counts).all(|((i, _), &n)| {
-        let free = oom_trial::cuda_free_bytes(*i).map_or(0, |(free, _)| free);
+fn room_for_idle(frees: &[u64], counts: &[usize], ceiling: u64) -> bool {
+    frees.iter().zip(counts).all(|(&free, &n)| {
         let idle = 2 * n as u64 * IDLE_COMMAND;
         free >= n as u64 * ceiling + idle
     })
+}
+
+/// On a card that several workers share, each worker's room for a trial without a ceiling
+/// ([`oom_trial::SLOT_ROOM_ENV`]): the card's free memory less the other workers' ceilings and
+/// every worker's `idle` commands. Never below the ceiling, as the card holds all its workers'.
+fn set_rooms(
+    slots: &mut [Slot],
+    picked: &[(usize, String)],
+    frees: &[u64],
+    ceiling: u64,
+    idle: u64,
+) {
+    for ((_, entry), &free) in picked.iter().zip(frees) {
+        let on_card = |s: &Slot| {
+            s.env
+                .iter()
+                .any(|(k, v)| k == "CUDA_VISIBLE_DEVICES" && v == entry)
+        };
+        let n = slots.iter().filter(|s| on_card(s)).count() as u64;
+        if n < 2 {
+            continue;
+        }
+        let room = free.saturating_sub((n - 1) * ceiling + n * idle);
+        for s in slots.iter_mut().filter(|s| on_card(s)) {
+            s.env
+                .push((oom_trial::SLOT_ROOM_ENV.into(), room.to_string()));
+        }
+    }
 }
 
 /// The workers on the picked GPUs, `counts[g]` on GPU `g`, spread round-robin so that the first
@@ -374,6 +415,32 @@ mod tests {
             ["cuda:0.0", "cuda:1.0", "cuda:0.1"]
         );
         assert!(gpu_slots(&picked, &[1, 1], Some(3)).is_err());
+    }
+
+    /// A trial without a ceiling on a shared card keeps to what the card's other workers leave
+    /// it: on an 80 GB card with three 23.7 GiB workers, the free memory less two ceilings; a
+    /// worker alone on its card has no room set (the trial has the card).
+    #[test]
+    fn workers_on_a_shared_card_are_told_their_room() {
+        let gib = 1u64 << 30;
+        let picked = vec![(0, "GPU-aaa".into()), (1, "GPU-bbb".into())];
+        let (free, ceiling) = (79 * gib, 24 * gib);
+        let mut slots = gpu_slots(&picked, &[3, 1], None).unwrap();
+        set_rooms(&mut slots, &picked, &[free, free], ceiling, 0);
+        let room = |s: &Slot| {
+            s.env
+                .iter()
+                .find(|(k, _)| k == oom_trial::SLOT_ROOM_ENV)
+                .map(|(_, v)| v.parse::<u64>().unwrap())
+        };
+        let rooms: Vec<Option<u64>> = slots.iter().map(room).collect();
+        let shared = Some(free - 2 * ceiling);
+        assert_eq!(rooms, [shared, None, shared, shared]);
+        assert!(shared.unwrap() >= ceiling);
+        // With idle commands kept, each worker's two come off too.
+        let mut slots = gpu_slots(&picked, &[3, 1], None).unwrap();
+        set_rooms(&mut slots, &picked, &[free, free], ceiling, 2 * gib);
+        assert_eq!(room(&slots[0]), Some(free - 2 * ceiling - 6 * gib));
     }
 
     #[test]

@@ -170,9 +170,9 @@ impl CudaCeiling {
              cannot be capped; run with --ceiling-by ballast"
         })?;
         let (free, total) = mem_info()?;
-        // No ceiling on a shared card: what is free now is what this trial can have.
+        // No ceiling on a shared card: what is free now, within its worker's room.
         let ceiling_bytes = match ceiling {
-            Ceiling::None => own + free,
+            Ceiling::None => crate::room_without_ceiling(own + free),
             c => c.bytes(total),
         };
         check_room(&name, total, own, ceiling_bytes, OwnContext::Counted)?;

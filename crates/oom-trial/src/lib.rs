@@ -45,6 +45,7 @@ mod units;
 
 pub use device::{
     cuda_device, cuda_device_count, cuda_free_bytes, cuda_total_bytes, host_available, host_total,
+    room_without_ceiling, SLOT_ROOM_ENV,
 };
 pub use shell::shell_word;
 pub use units::{fmt_bytes, parse_size};

@@ -172,7 +172,7 @@ impl CudaCeiling {
         let (free, total) = mem_info()?;
         // No ceiling on a shared card: what is free now, within its worker's room.
         let ceiling_bytes = match ceiling {
-            Ceiling::None => crate::room_without_ceiling(own + free),
+            Ceiling::None => crate::protocol::room_without_ceiling(own + free),
             c => c.bytes(total),
         };
         check_room(&name, total, own, ceiling_bytes, OwnContext::Counted)?;

@@ -29,7 +29,7 @@ pub mod trial_report;
 pub use outcome::assemble;
 pub use pool::{Finished, Pool, Worker};
 pub use protocol::{
-    BackendKind, Ceiling, CeilingBy, ChildEvent, Engine, Fault, Request, SUBCOMMAND,
+    BackendKind, Ceiling, CeilingBy, ChildEvent, Engine, Fault, Request, SLOT_ROOM_ENV, SUBCOMMAND,
 };
 pub use runner::{
     install_interrupt_handler, kill_running_trials, parse_events, ProcessRunner, TrialRunner,
@@ -45,7 +45,6 @@ mod units;
 
 pub use device::{
     cuda_device, cuda_device_count, cuda_free_bytes, cuda_total_bytes, host_available, host_total,
-    room_without_ceiling, SLOT_ROOM_ENV,
 };
 pub use shell::shell_word;
 pub use units::{fmt_bytes, parse_size};

@@ -47,6 +47,26 @@ pub enum Ceiling {
     Fraction(f64),
 }
 
+/// How a worker on a GPU it shares with other workers tells its trials the room the card leaves
+/// them, in bytes, its own CUDA context included: the card's free memory when the diagnosis began,
+/// less the ceilings of the card's other workers (and the idle commands they keep). A trial
+/// without a ceiling (a need, a probe past a boundary) takes no more, so that it can neither crowd
+/// out a neighbour held to its ceiling nor be crowded out by one; the room is never below the
+/// ceiling, so a run out of memory within it still runs out under the ceiling.
+pub const SLOT_ROOM_ENV: &str = "OOM_BISECT_SLOT_ROOM";
+
+/// What a trial without a ceiling may hold on its card, where `available` is what the card has
+/// for it now: all of it, or the worker's room ([`SLOT_ROOM_ENV`]) where that is less.
+pub fn room_without_ceiling(available: u64) -> u64 {
+    room(available, std::env::var(SLOT_ROOM_ENV).ok().as_deref())
+}
+
+fn room(available: u64, slot_room: Option<&str>) -> u64 {
+    slot_room
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(available, |r| r.min(available))
+}
+
 /// How a CUDA trial's ceiling is enforced. Each refuses a page that would take the trial past the
 /// ceiling, its CUDA context counted; `docs/performance.md` compares their verdicts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -466,5 +486,25 @@ mod float_tests {
             ChildEvent::Step { loss, .. } => assert!(loss.is_nan()),
             other => panic!("{other:?}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A shared card's room bounds a trial without a ceiling; without one (a card of its own, the
+    /// CPU), or with one it cannot read, the trial has what is available.
+    #[test]
+    fn a_trial_without_a_ceiling_keeps_to_its_workers_room() {
+        let gib = 1u64 << 30;
+        assert_eq!(
+            super::room(78 * gib, Some(&(31 * gib).to_string())),
+            31 * gib
+        );
+        assert_eq!(
+            super::room(20 * gib, Some(&(31 * gib).to_string())),
+            20 * gib
+        );
+        assert_eq!(super::room(78 * gib, None), 78 * gib);
+        assert_eq!(super::room(78 * gib, Some("x")), 78 * gib);
     }
 }

@@ -23,7 +23,7 @@ impl Watch {
         let (device_name, gpu) = crate::cuda::nvml_device()?;
         let (free, total) = gpu.memory()?;
         let ceiling_bytes = match ceiling {
-            Ceiling::None => crate::room_without_ceiling(free),
+            Ceiling::None => crate::protocol::room_without_ceiling(free),
             c => c.bytes(total),
         };
         if ceiling_bytes > total {

@@ -434,9 +434,9 @@ mod tests {
                 .map(|(_, v)| v.parse::<u64>().unwrap())
         };
         let rooms: Vec<Option<u64>> = slots.iter().map(room).collect();
-        let shared = Some(free - 2 * ceiling);
-        assert_eq!(rooms, [shared, None, shared, shared]);
-        assert!(shared.unwrap() >= ceiling);
+        let shared = free - 2 * ceiling;
+        assert_eq!(rooms, [Some(shared), None, Some(shared), Some(shared)]);
+        assert!(shared >= ceiling);
         // With idle commands kept, each worker's two come off too.
         let mut slots = gpu_slots(&picked, &[3, 1], None).unwrap();
         set_rooms(&mut slots, &picked, &[free, free], ceiling, 2 * gib);

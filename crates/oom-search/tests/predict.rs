@@ -483,8 +483,24 @@ fn forum_size_axis() -> Axis {
 /// The diagnosis of an original that runs out of memory under the forum's ceiling, on `axis` alone
 /// (no fixes, modules or minimal configuration), its axes' probes without the ceiling or not.
 fn axis_search(device: &mut dyn Oracle, axis: Axis, without_ceiling: bool) -> Diagnosis {
-    let space = Space {
-        axes: vec![axis],
+    let opts = SearchOptions {
+        minimise: false,
+        ..forum_options(without_ceiling)
+    };
+    let mut ev = |_: &Event| {};
+    diagnose(
+        device,
+        &mut ev,
+        &TestClock::default(),
+        &forum_space(vec![axis]),
+        &opts,
+    )
+}
+
+/// A space of `axes` alone: no fixes, no modules.
+fn forum_space(axes: Vec<Axis>) -> Space {
+    Space {
+        axes,
         capacity: vec![],
         fixes: vec![],
         modules: Modules {
@@ -494,18 +510,20 @@ fn axis_search(device: &mut dyn Oracle, axis: Axis, without_ceiling: bool) -> Di
             items: vec![],
             unswappable: String::new(),
         },
-    };
-    let opts = SearchOptions {
+    }
+}
+
+/// The forum's ceiling with the options of a diagnosis whose needs are replayed (no fixes or
+/// modules), its axes' probes without the ceiling or not.
+fn forum_options(without_ceiling: bool) -> SearchOptions {
+    SearchOptions {
         ceiling: Some((FORUM_CEILING * (1u64 << 30) as f64) as u64),
         rerun_within: Some(0.005),
         fixes: false,
         modules: false,
-        minimise: false,
         probe_without_ceiling: without_ceiling,
         ..Default::default()
-    };
-    let mut ev = |_: &Event| {};
-    diagnose(device, &mut ev, &TestClock::default(), &space, &opts)
+    }
 }
 
 fn forum_size_search(device: &mut ForumDevice, without_ceiling: bool) -> Diagnosis {
@@ -711,33 +729,15 @@ fn the_forum_minimal_configuration_lowers_the_size_at_the_batch_boundary() {
         original: 3,
         ..axis("batch", "data.batch", 4)
     };
-    let space = Space {
-        axes: vec![batch_axis, forum_size_axis()],
-        capacity: vec![],
-        fixes: vec![],
-        modules: Modules {
-            key: "model.identity".into(),
-            encode: |_| String::new(),
-            fixed: vec![],
-            items: vec![],
-            unswappable: String::new(),
-        },
-    };
-    let opts = SearchOptions {
-        ceiling: Some((FORUM_CEILING * (1u64 << 30) as f64) as u64),
-        rerun_within: Some(0.005),
-        fixes: false,
-        modules: false,
-        probe_without_ceiling: true,
-        ..Default::default()
-    };
+    let space = forum_space(vec![batch_axis, forum_size_axis()]);
     let mut ev = |_: &Event| {};
+    let clock = TestClock::default();
     let d = diagnose(
         &mut ForumPlane,
         &mut ev,
-        &TestClock::default(),
+        &clock,
         &space,
-        &opts,
+        &forum_options(true),
     );
     let m = d.minimal_failing.as_ref().unwrap();
     // On the axis's own values (every 32 pixels): the minimal configuration is 1-minimal there.

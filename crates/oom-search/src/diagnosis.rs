@@ -167,9 +167,9 @@ pub enum ModulesVerdict {
 pub struct Minimal {
     pub candidate: Candidate,
     pub measurement: Measurement,
-    /// One step lower on each axis, and one more module swapped: each should fit.
+    /// One step lower on each axis: each should fit.
     pub neighbours: Vec<Neighbour>,
-    /// Every neighbour was measured and fits.
+    /// Every neighbour fits, measured or implied.
     pub one_minimal: bool,
 }
 
@@ -177,7 +177,12 @@ pub struct Minimal {
 pub struct Neighbour {
     pub change: String,
     pub candidate: Candidate,
+    /// The neighbour's own trial, or where `implied_by` is set, that configuration's.
     pub measurement: Measurement,
+    /// A configuration measured to fit that is at least this neighbour on every axis (and the same
+    /// elsewhere): memory grows along each axis, so the neighbour fits too and was not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub implied_by: Option<Candidate>,
 }
 
 /// One module item swapped for identity on its own: what the configuration then needs.

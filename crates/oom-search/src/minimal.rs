@@ -5,7 +5,7 @@ use crate::bisect::{bisect_axis, AxisVerdict};
 use crate::diagnosis::*;
 use crate::searcher::Searcher;
 use crate::vocabulary::AxisOptions;
-use crate::vocabulary::{Axis, Candidate, Outcome, Purpose};
+use crate::vocabulary::{Axis, Candidate, Measurement, Outcome, Purpose};
 
 /// Index of the candidate's value on an axis.
 fn index_on(axis: &Axis, c: &Candidate) -> usize {
@@ -31,7 +31,7 @@ fn shrink_axes(
         if pass > 0 {
             // A pass after one that moved an axis mostly confirms: its first probe on each axis,
             // one step lower, is the passing neighbour the report shows. All at once.
-            s.expect(&below(space, &cur));
+            s.expect(&below(s, space, &cur));
         }
         let mut changed = false;
         for axis in &space.axes {
@@ -39,7 +39,7 @@ fn shrink_axes(
             if i == 0 {
                 continue;
             }
-            let f = lower_on(s, axis, &cur, i, opts);
+            let f = lower_on(s, space, axis, &cur, i, opts);
             if f < i {
                 cur = axis.at(&cur, f);
                 changed = true;
@@ -52,13 +52,57 @@ fn shrink_axes(
     cur
 }
 
-/// One step lower on each axis that has a step below `cur`.
-fn below(space: &Space, cur: &Candidate) -> Vec<Candidate> {
+/// One step lower on each axis that has a step below `cur`, where what was measured does not
+/// already say its outcome.
+fn below(s: &Searcher<'_>, space: &Space, cur: &Candidate) -> Vec<Candidate> {
     space
         .axes
         .iter()
         .filter_map(|a| index_on(a, cur).checked_sub(1).map(|j| a.at(cur, j)))
+        .filter(|c| implied(s, space, c).is_none())
         .collect()
+}
+
+/// Whether `a` holds at most as much as `b`: at or below it on every axis, the same elsewhere
+/// (`None`: not comparable, such as another precision, or a size off the axis's values).
+fn at_most(space: &Space, a: &Candidate, b: &Candidate) -> Option<bool> {
+    if a.unbounded || b.unbounded {
+        return None;
+    }
+    let position = |axis: &Axis, c: &Candidate| match c.get(&axis.key) {
+        None => Some(axis.original),
+        Some(v) => axis.values.iter().position(|x| x.value == v),
+    };
+    let on_axis = |k: &String| space.axes.iter().any(|x| &x.key == k);
+    let keys = a.sets.keys().chain(b.sets.keys()).filter(|k| !on_axis(k));
+    for k in keys {
+        if a.get(k) != b.get(k) {
+            return None;
+        }
+    }
+    let mut le = true;
+    for axis in &space.axes {
+        le &= position(axis, a)? <= position(axis, b)?;
+    }
+    Some(le)
+}
+
+/// A configuration measured under the ceiling that settles `c`'s outcome without running it: a
+/// fit at or above `c` on every axis, or an out-of-memory at or below it. Memory grows along each
+/// axis (the bisection rests on the same), so each axis's order holds in any context of the others.
+fn implied<'s>(
+    s: &'s Searcher<'_>,
+    space: &Space,
+    c: &Candidate,
+) -> Option<(&'s Candidate, &'s Measurement)> {
+    s.settled()
+        .filter(|(m_c, m)| match m.outcome {
+            Outcome::Fits => at_most(space, c, m_c) == Some(true),
+            Outcome::Oom => at_most(space, m_c, c) == Some(true),
+            Outcome::Inconclusive => false,
+        })
+        // The tightest bound, the same whatever order the trials finished in.
+        .min_by_key(|(m_c, m)| (m.need_bytes.or(m.peak_bytes), m_c.to_string()))
 }
 
 /// What the search already measured on `axis` at or below `i`, on top of `cur` (which runs out
@@ -67,11 +111,17 @@ fn below(space: &Space, cur: &Candidate) -> Vec<Candidate> {
 /// boundary is known before any trial here.
 fn known_bounds(
     s: &Searcher<'_>,
+    space: &Space,
     axis: &Axis,
     cur: &Candidate,
     i: usize,
 ) -> (usize, Option<usize>) {
-    let outcome = |j: usize| s.known(&axis.at(cur, j)).map(|m| m.outcome);
+    let outcome = |j: usize| {
+        let c = axis.at(cur, j);
+        s.known(&c)
+            .or_else(|| implied(s, space, &c).map(|(_, m)| m))
+            .map(|m| m.outcome)
+    };
     let first_oom = (0..i)
         .find(|&j| outcome(j) == Some(Outcome::Oom))
         .unwrap_or(i);
@@ -89,12 +139,13 @@ fn known_bounds(
 /// the passing neighbour the report shows when it fits.
 fn lower_on(
     s: &mut Searcher<'_>,
+    space: &Space,
     axis: &Axis,
     cur: &Candidate,
     i: usize,
     opts: &SearchOptions,
 ) -> usize {
-    let (first_oom, fit) = match known_bounds(s, axis, cur, i) {
+    let (first_oom, fit) = match known_bounds(s, space, axis, cur, i) {
         (first_oom, Some(fit)) => (first_oom, fit),
         (0, None) => return 0,
         (first_oom, None) => match gallop(s, axis, cur, first_oom) {
@@ -151,29 +202,14 @@ fn gallop(
 /// swapping more of them only makes the configuration less like the user's).
 pub(crate) fn minimise(s: &mut Searcher<'_>, space: &Space, opts: &SearchOptions) -> Minimal {
     let cur = shrink_axes(s, space, opts, Candidate::original());
-    s.expect(&below(space, &cur));
+    s.expect(&below(s, space, &cur));
     let measurement = s.measure(&cur, Purpose::Minimise);
-    // The passing neighbours: one step lower on each axis. (The modules are 1-minimal by ddmin,
-    // which measured each one-module-smaller set already; no module neighbour is measured again.)
-    let mut neighbours = vec![];
-    for axis in &space.axes {
-        let i = index_on(axis, &cur);
-        if i == 0 {
-            continue;
-        }
-        let c = axis.at(&cur, i - 1);
-        let m = s.measure(&c, Purpose::Minimise);
-        neighbours.push(Neighbour {
-            change: format!(
-                "{} {} → {}",
-                axis.name,
-                axis.values[i].label,
-                axis.values[i - 1].label
-            ),
-            candidate: c,
-            measurement: m,
-        });
-    }
+    let neighbours = space
+        .axes
+        .iter()
+        .filter(|axis| index_on(axis, &cur) > 0)
+        .map(|axis| neighbour(s, space, axis, &cur))
+        .collect::<Vec<_>>();
     let one_minimal = measurement.outcome == Outcome::Oom
         && neighbours
             .iter()
@@ -183,5 +219,34 @@ pub(crate) fn minimise(s: &mut Searcher<'_>, space: &Space, opts: &SearchOptions
         measurement,
         neighbours,
         one_minimal,
+    }
+}
+
+/// The passing neighbour one step lower on `axis`: measured, unless a fit measured before holds
+/// at least as much. (No module neighbour: the configuration keeps the modules as configured.)
+fn neighbour(s: &mut Searcher<'_>, space: &Space, axis: &Axis, cur: &Candidate) -> Neighbour {
+    let i = index_on(axis, cur);
+    let c = axis.at(cur, i - 1);
+    let change = format!(
+        "{} {} → {}",
+        axis.name,
+        axis.values[i].label,
+        axis.values[i - 1].label
+    );
+    let known_fit = match s.known(&c) {
+        Some(_) => None,
+        None => implied(s, space, &c)
+            .filter(|(_, m)| m.outcome == Outcome::Fits)
+            .map(|(by, m)| (by.clone(), m.clone())),
+    };
+    let (measurement, implied_by) = match known_fit {
+        Some((by, m)) => (m, Some(by)),
+        None => (s.measure(&c, Purpose::Minimise), None),
+    };
+    Neighbour {
+        change,
+        candidate: c,
+        measurement,
+        implied_by,
     }
 }

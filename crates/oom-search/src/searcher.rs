@@ -240,6 +240,11 @@ impl<'a> Searcher<'a> {
         self.cache.get(c)
     }
 
+    /// Every candidate measured so far, with its settled result.
+    pub(crate) fn settled(&self) -> impl Iterator<Item = (&Candidate, &Measurement)> {
+        self.cache.iter()
+    }
+
     /// Whether measuring `c` will answer without waiting on a trial: known here, or already there
     /// for the oracle (finished ahead, or from an earlier run).
     pub fn ready(&self, c: &Candidate) -> bool {

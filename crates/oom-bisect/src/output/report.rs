@@ -391,13 +391,12 @@ fn minimal(d: &Diagnosis, cx: &Context<'_>) -> String {
         s += &format!("  saved to {p}\n");
     }
     for n in &m.neighbours {
-        let what = match n.measurement.outcome {
-            Outcome::Fits => format!(
-                "fits, {}",
-                super::figure(&n.measurement).unwrap_or_default()
-            ),
-            Outcome::Oom => "still OOM".into(),
-            Outcome::Inconclusive => format!("inconclusive: {}", n.measurement.note),
+        let figure = super::figure(&n.measurement).unwrap_or_default();
+        let what = match (n.measurement.outcome, &n.implied_by) {
+            (Outcome::Fits, Some(by)) => format!("fits, as {by} does ({figure}), which holds more"),
+            (Outcome::Fits, None) => format!("fits, {figure}"),
+            (Outcome::Oom, _) => "still OOM".into(),
+            (Outcome::Inconclusive, _) => format!("inconclusive: {}", n.measurement.note),
         };
         s += &format!("  {:<40} {what}\n", n.change);
     }

@@ -2,7 +2,9 @@
 //! in bytes.
 
 use super::context::Context;
-use oom_search::{AxisSearch, AxisVerdict, Diagnosis, Minimal, ModulesVerdict, Outcome, Probe};
+use oom_search::{
+    AxisSearch, AxisVerdict, Diagnosis, Minimal, ModulesVerdict, Neighbour, Outcome, Probe,
+};
 use serde_json::{json, Value};
 
 fn probe_json(p: &Probe) -> Value {
@@ -66,13 +68,28 @@ fn minimal_json(m: &Minimal, cx: &Context<'_>) -> Value {
         "file": cx.minimal_path,
         "outcome": m.measurement.outcome,
         "one_minimal": m.one_minimal,
-        "neighbours": m.neighbours.iter().map(|n| json!({
-            "change": n.change,
-            "candidate": n.candidate.to_sets(),
-            "outcome": n.measurement.outcome,
-            "peak_bytes": n.measurement.peak_bytes,
-            "need_bytes": n.measurement.need_bytes,
-        })).collect::<Vec<_>>(),
+        "neighbours": m.neighbours.iter().map(neighbour_json).collect::<Vec<_>>(),
+    })
+}
+
+/// A neighbour's own figures; one implied by a larger fit has none, and names that fit with its.
+fn neighbour_json(n: &Neighbour) -> Value {
+    let m = &n.measurement;
+    let figures = json!({"peak_bytes": m.peak_bytes, "need_bytes": m.need_bytes});
+    let (own, implied_by) = match &n.implied_by {
+        None => (figures, Value::Null),
+        Some(by) => (
+            json!({"peak_bytes": null, "need_bytes": null}),
+            json!({"candidate": by.to_sets(), "figures": figures}),
+        ),
+    };
+    json!({
+        "change": n.change,
+        "candidate": n.candidate.to_sets(),
+        "outcome": m.outcome,
+        "peak_bytes": own["peak_bytes"],
+        "need_bytes": own["need_bytes"],
+        "implied_by": implied_by,
     })
 }
 

@@ -255,10 +255,7 @@ fn gpus(
     let counts: Vec<usize> = frees.iter().map(|f| per_gpu(*f, ceiling)).collect();
     let mut slots = gpu_slots(&picked, &counts, jobs)?;
     let spares = may_keep_spares && ceiling.is_some_and(|c| room_for_idle(&frees, &counts, c));
-    if let Some(c) = ceiling {
-        let idle = if spares { 2 * IDLE_COMMAND } else { 0 };
-        set_rooms(&mut slots, &picked, &frees, c, idle);
-    }
+    set_card_locks(&mut slots, &picked);
     Ok(Dispatch {
         guesses: slots.len() <= picked.len(),
         slots,
@@ -276,30 +273,23 @@ fn room_for_idle(frees: &[u64], counts: &[usize], ceiling: u64) -> bool {
     })
 }
 
-/// On a card that several workers share, each worker's room for a trial without a ceiling
-/// ([`oom_trial::SLOT_ROOM_ENV`]): the card's free memory less the other workers' ceilings and
-/// every worker's `idle` commands. Never below the ceiling, as the card holds all its workers'.
-fn set_rooms(
-    slots: &mut [Slot],
-    picked: &[(usize, String)],
-    frees: &[u64],
-    ceiling: u64,
-    idle: u64,
-) {
-    for ((_, entry), &free) in picked.iter().zip(frees) {
+/// On a card that several workers share, the lock file through which their trials take turns
+/// ([`oom_trial::CARD_LOCK_ENV`]): one per card and per diagnosis, in the temporary directory.
+fn set_card_locks(slots: &mut [Slot], picked: &[(usize, String)]) {
+    for (i, entry) in picked {
         let on_card = |s: &Slot| {
             s.env
                 .iter()
                 .any(|(k, v)| k == "CUDA_VISIBLE_DEVICES" && v == entry)
         };
-        let n = slots.iter().filter(|s| on_card(s)).count() as u64;
-        if n < 2 {
+        if slots.iter().filter(|s| on_card(s)).count() < 2 {
             continue;
         }
-        let room = free.saturating_sub((n - 1) * ceiling + n * idle);
+        let name = format!("oom-bisect-{}-gpu{i}.lock", std::process::id());
+        let path = std::env::temp_dir().join(name);
         for s in slots.iter_mut().filter(|s| on_card(s)) {
             s.env
-                .push((oom_trial::SLOT_ROOM_ENV.into(), room.to_string()));
+                .push((oom_trial::CARD_LOCK_ENV.into(), path.display().to_string()));
         }
     }
 }
@@ -417,30 +407,24 @@ mod tests {
         assert!(gpu_slots(&picked, &[1, 1], Some(3)).is_err());
     }
 
-    /// A trial without a ceiling on a shared card keeps to what the card's other workers leave
-    /// it: on an 80 GB card with three 23.7 GiB workers, the free memory less two ceilings; a
-    /// worker alone on its card has no room set (the trial has the card).
+    /// Workers that share a card take turns through one lock file; a worker alone on its card
+    /// has none (its trials have the card).
     #[test]
-    fn workers_on_a_shared_card_are_told_their_room() {
-        let gib = 1u64 << 30;
+    fn workers_on_a_shared_card_share_its_lock() {
         let picked = vec![(0, "GPU-aaa".into()), (1, "GPU-bbb".into())];
-        let (free, ceiling) = (79 * gib, 24 * gib);
         let mut slots = gpu_slots(&picked, &[3, 1], None).unwrap();
-        set_rooms(&mut slots, &picked, &[free, free], ceiling, 0);
-        let room = |s: &Slot| {
+        set_card_locks(&mut slots, &picked);
+        let lock = |s: &Slot| {
             s.env
                 .iter()
-                .find(|(k, _)| k == oom_trial::SLOT_ROOM_ENV)
-                .map(|(_, v)| v.parse::<u64>().unwrap())
+                .find(|(k, _)| k == oom_trial::CARD_LOCK_ENV)
+                .map(|(_, v)| v.clone())
         };
-        let rooms: Vec<Option<u64>> = slots.iter().map(room).collect();
-        let shared = free - 2 * ceiling;
-        assert_eq!(rooms, [Some(shared), None, Some(shared), Some(shared)]);
-        assert!(shared >= ceiling);
-        // With idle commands kept, each worker's two come off too.
-        let mut slots = gpu_slots(&picked, &[3, 1], None).unwrap();
-        set_rooms(&mut slots, &picked, &[free, free], ceiling, 2 * gib);
-        assert_eq!(room(&slots[0]), Some(free - 2 * ceiling - 6 * gib));
+        let locks: Vec<Option<String>> = slots.iter().map(lock).collect();
+        assert_eq!(locks[0], locks[2]);
+        assert_eq!(locks[0], locks[3]);
+        assert!(locks[0].as_ref().is_some_and(|p| p.ends_with("gpu0.lock")));
+        assert_eq!(locks[1], None);
     }
 
     #[test]

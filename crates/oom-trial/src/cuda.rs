@@ -163,6 +163,8 @@ impl CudaCeiling {
     /// The ceiling as a cap on the allocator's reserved bytes (`CeilingBy::Cap`): the ceiling
     /// less this process's context, measured by NVML (other trials share the card).
     fn cap(ceiling: Ceiling) -> Result<CudaCeiling> {
+        // Held until the trial's process ends, which frees its memory.
+        std::mem::forget(crate::protocol::take_turn(ceiling)?);
         let (name, dev) = open_device()?;
         let gpu = nvml_of(dev).context("a capped ceiling reads this process's device memory")?;
         let own = gpu.process_used(std::process::id())?.with_context(|| {
@@ -170,9 +172,9 @@ impl CudaCeiling {
              cannot be capped; run with --ceiling-by ballast"
         })?;
         let (free, total) = mem_info()?;
-        // No ceiling on a shared card: what is free now, within its worker's room.
+        // No ceiling: what is free now (on a shared card, it has the card alone).
         let ceiling_bytes = match ceiling {
-            Ceiling::None => crate::protocol::room_without_ceiling(own + free),
+            Ceiling::None => own + free,
             c => c.bytes(total),
         };
         check_room(&name, total, own, ceiling_bytes, OwnContext::Counted)?;

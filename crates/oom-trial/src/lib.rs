@@ -29,7 +29,7 @@ pub mod trial_report;
 pub use outcome::assemble;
 pub use pool::{Finished, Pool, Worker};
 pub use protocol::{
-    BackendKind, Ceiling, CeilingBy, ChildEvent, Engine, Fault, Request, SLOT_ROOM_ENV, SUBCOMMAND,
+    BackendKind, Ceiling, CeilingBy, ChildEvent, Engine, Fault, Request, CARD_LOCK_ENV, SUBCOMMAND,
 };
 pub use runner::{
     install_interrupt_handler, kill_running_trials, parse_events, ProcessRunner, TrialRunner,

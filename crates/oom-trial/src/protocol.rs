@@ -47,24 +47,50 @@ pub enum Ceiling {
     Fraction(f64),
 }
 
-/// How a worker on a GPU it shares with other workers tells its trials the room the card leaves
-/// them, in bytes, its own CUDA context included: the card's free memory when the diagnosis began,
-/// less the ceilings of the card's other workers (and the idle commands they keep). A trial
-/// without a ceiling (a need, a probe past a boundary) takes no more, so that it can neither crowd
-/// out a neighbour held to its ceiling nor be crowded out by one; the room is never below the
-/// ceiling, so a run out of memory within it still runs out under the ceiling.
-pub const SLOT_ROOM_ENV: &str = "OOM_BISECT_SLOT_ROOM";
+/// Where workers share a GPU, the path of the card's lock file, through which their trials take
+/// turns: a trial under the ceiling runs beside the others (a shared lock), a trial without it (a
+/// need, a probe past a boundary) waits until it has the card alone (an exclusive lock) and may
+/// then take all the card has free. So it can neither crowd a neighbour held to its ceiling into
+/// the driver's out-of-memory, nor be crowded out by one: its need is the card's to give, not a
+/// share of it. Not set where a worker has its card to itself.
+pub const CARD_LOCK_ENV: &str = "OOM_BISECT_CARD_LOCK";
 
-/// What a trial without a ceiling may hold on its card, where `available` is what the card has
-/// for it now: all of it, or the worker's room ([`SLOT_ROOM_ENV`]) where that is less.
-pub fn room_without_ceiling(available: u64) -> u64 {
-    room(available, std::env::var(SLOT_ROOM_ENV).ok().as_deref())
+/// A trial's turn on a card it shares ([`CARD_LOCK_ENV`]), held until dropped.
+#[derive(Debug)]
+pub struct CardTurn {
+    _card: std::fs::File,
 }
 
-fn room(available: u64, slot_room: Option<&str>) -> u64 {
-    slot_room
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map_or(available, |r| r.min(available))
+/// Waits for this trial's turn on its card where workers share it: `None` where they do not.
+pub fn take_turn(ceiling: Ceiling) -> anyhow::Result<Option<CardTurn>> {
+    let Some(path) = std::env::var_os(CARD_LOCK_ENV) else {
+        return Ok(None);
+    };
+    turn(std::path::Path::new(&path), ceiling == Ceiling::None).map(Some)
+}
+
+/// A shared turn on the card of `path`, or the card alone (`alone`). Every trial passes a gate
+/// first, which a trial waiting to be alone holds: no trial starts after it, so the running ones
+/// finish and it is not kept waiting by a stream of newcomers.
+fn turn(path: &std::path::Path, alone: bool) -> anyhow::Result<CardTurn> {
+    use anyhow::Context;
+    let open = |p: &std::path::Path| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(p)
+            .with_context(|| format!("the shared GPU's lock file {}", p.display()))
+    };
+    let gate = open(&path.with_extension("gate"))?;
+    let card = open(path)?;
+    gate.lock().context("the shared GPU's gate")?;
+    match alone {
+        true => card.lock(),
+        false => card.lock_shared(),
+    }
+    .context("the shared GPU's lock")?;
+    Ok(CardTurn { _card: card })
 }
 
 /// How a CUDA trial's ceiling is enforced. Each refuses a page that would take the trial past the
@@ -491,20 +517,41 @@ mod float_tests {
 
 #[cfg(test)]
 mod tests {
-    /// A shared card's room bounds a trial without a ceiling; without one (a card of its own, the
-    /// CPU), or with one it cannot read, the trial has what is available.
+    use std::fs::{File, TryLockError};
+
+    fn blocked(r: Result<(), TryLockError>) -> bool {
+        matches!(r, Err(TryLockError::WouldBlock))
+    }
+
+    /// Trials under the ceiling share the card; one without it waits until they are done, keeps
+    /// newcomers at the gate meanwhile, and then has the card alone.
     #[test]
-    fn a_trial_without_a_ceiling_keeps_to_its_workers_room() {
-        let gib = 1u64 << 30;
-        assert_eq!(
-            super::room(78 * gib, Some(&(31 * gib).to_string())),
-            31 * gib
+    fn a_trial_without_a_ceiling_waits_to_have_the_card_alone() {
+        let dir = std::env::temp_dir().join(format!("oom-bisect-turn-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("card.lock");
+        let a = super::turn(&path, false).unwrap();
+        let b = super::turn(&path, false).unwrap();
+        let probe = File::open(&path).unwrap();
+        assert!(blocked(probe.try_lock()), "two shared turns at once");
+        let alone = {
+            let path = path.clone();
+            std::thread::spawn(move || super::turn(&path, true).unwrap())
+        };
+        // Once the lone trial waits at the card, the gate is shut to newcomers.
+        let gate = File::open(path.with_extension("gate")).unwrap();
+        while gate.try_lock().is_ok() {
+            gate.unlock().unwrap();
+            std::thread::yield_now();
+        }
+        drop((a, b));
+        let turn = alone.join().unwrap();
+        assert!(
+            blocked(probe.try_lock_shared()),
+            "a shared turn beside the lone one"
         );
-        assert_eq!(
-            super::room(20 * gib, Some(&(31 * gib).to_string())),
-            20 * gib
-        );
-        assert_eq!(super::room(78 * gib, None), 78 * gib);
-        assert_eq!(super::room(78 * gib, Some("x")), 78 * gib);
+        drop(turn);
+        assert!(probe.try_lock_shared().is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -5,12 +5,14 @@
 //! ceiling.
 
 use crate::nvml::Gpu;
-use crate::protocol::Ceiling;
+use crate::protocol::{CardTurn, Ceiling};
 use crate::units::fmt_bytes;
 use anyhow::{bail, Result};
 
 pub struct Watch {
     gpu: Gpu,
+    /// The trial's turn on a card it shares, for as long as the command is watched.
+    _turn: Option<CardTurn>,
     pub device_name: String,
     pub total_bytes: u64,
     pub ceiling_bytes: u64,
@@ -20,10 +22,11 @@ impl Watch {
     /// Finds the trial's GPU in NVML; refuses a ceiling larger than the card, or than what is free
     /// on it now (other processes hold the rest: the run would fail for their sake).
     pub fn start(ceiling: Ceiling) -> Result<Watch> {
+        let turn = crate::protocol::take_turn(ceiling)?;
         let (device_name, gpu) = crate::cuda::nvml_device()?;
         let (free, total) = gpu.memory()?;
         let ceiling_bytes = match ceiling {
-            Ceiling::None => crate::protocol::room_without_ceiling(free),
+            Ceiling::None => free,
             c => c.bytes(total),
         };
         if ceiling_bytes > total {
@@ -43,6 +46,7 @@ impl Watch {
         }
         Ok(Watch {
             gpu,
+            _turn: turn,
             device_name,
             total_bytes: total,
             ceiling_bytes,

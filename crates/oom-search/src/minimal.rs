@@ -39,7 +39,7 @@ fn shrink_axes(
             if i == 0 {
                 continue;
             }
-            let f = lower_on(s, space, axis, &cur, i, opts);
+            let f = lower_on(s, axis, &cur, i, opts);
             if f < i {
                 cur = axis.at(&cur, f);
                 changed = true;
@@ -111,17 +111,14 @@ fn implied<'s>(
 /// boundary is known before any trial here.
 fn known_bounds(
     s: &Searcher<'_>,
-    space: &Space,
     axis: &Axis,
     cur: &Candidate,
     i: usize,
 ) -> (usize, Option<usize>) {
-    let outcome = |j: usize| {
-        let c = axis.at(cur, j);
-        s.known(&c)
-            .or_else(|| implied(s, space, &c).map(|(_, m)| m))
-            .map(|m| m.outcome)
-    };
+    // Only what ran on this very context: a fit implied at the bottom of the axis (by the axis's
+    // own search, at a larger batch) would start a bisection from the bottom, where the gallop
+    // from the top finds a boundary near it in fewer trials.
+    let outcome = |j: usize| s.known(&axis.at(cur, j)).map(|m| m.outcome);
     let first_oom = (0..i)
         .find(|&j| outcome(j) == Some(Outcome::Oom))
         .unwrap_or(i);
@@ -139,13 +136,12 @@ fn known_bounds(
 /// the passing neighbour the report shows when it fits.
 fn lower_on(
     s: &mut Searcher<'_>,
-    space: &Space,
     axis: &Axis,
     cur: &Candidate,
     i: usize,
     opts: &SearchOptions,
 ) -> usize {
-    let (first_oom, fit) = match known_bounds(s, space, axis, cur, i) {
+    let (first_oom, fit) = match known_bounds(s, axis, cur, i) {
         (first_oom, Some(fit)) => (first_oom, fit),
         (0, None) => return 0,
         (first_oom, None) => match gallop(s, axis, cur, first_oom) {

@@ -126,6 +126,12 @@ pub fn command_line(command: &str, config: &Path) -> String {
 /// Runs the user's command as the trial (see the module documentation); with `req.serve`, the
 /// command answers this request and every later one the holder reads (`serve`).
 pub fn run(req: &Request, command: &str) -> Result<()> {
+    // On a shared card a command in a process of its own takes its turn for the whole run (its
+    // memory is freed when it ends); a served one, trial by trial (between trials it is idle).
+    let _turn = match req.serve {
+        false => crate::protocol::take_turn(req.ceiling)?,
+        true => None,
+    };
     let file = ConfigFile::write(&req.config)?;
     let held = hold(req)?;
     // A PyTorch command's allocator is traced; a served one's trace is written trial by trial,
@@ -181,10 +187,13 @@ fn serve(mut cmd: Watched, first: &Request, file: ConfigFile) -> Result<()> {
         }
     }
     loop {
+        let turn = crate::protocol::take_turn(req.ceiling)?;
         cmd.held.emit_start();
         let id = cmd.give(&later.as_ref().unwrap_or(&file).path);
         let mut trial = Trial::default();
-        match cmd.watch(&mut trial, deadline(&req), Some(&id))? {
+        let end = cmd.watch(&mut trial, deadline(&req), Some(&id))?;
+        drop(turn);
+        match end {
             End::Served(done) => cmd.served(done, trial),
             end => {
                 cmd.ended(end, trial);

@@ -5,14 +5,12 @@
 //! ceiling.
 
 use crate::nvml::Gpu;
-use crate::protocol::{CardTurn, Ceiling};
+use crate::protocol::Ceiling;
 use crate::units::fmt_bytes;
 use anyhow::{bail, Result};
 
 pub struct Watch {
     gpu: Gpu,
-    /// The trial's turn on a card it shares, for as long as the command is watched.
-    _turn: Option<CardTurn>,
     pub device_name: String,
     pub total_bytes: u64,
     pub ceiling_bytes: u64,
@@ -20,9 +18,9 @@ pub struct Watch {
 
 impl Watch {
     /// Finds the trial's GPU in NVML; refuses a ceiling larger than the card, or than what is free
-    /// on it now (other processes hold the rest: the run would fail for their sake).
+    /// on it now (other processes hold the rest: the run would fail for their sake). Without a
+    /// ceiling, the command may take what is free.
     pub fn start(ceiling: Ceiling) -> Result<Watch> {
-        let turn = crate::protocol::take_turn(ceiling)?;
         let (device_name, gpu) = crate::cuda::nvml_device()?;
         let (free, total) = gpu.memory()?;
         let ceiling_bytes = match ceiling {
@@ -46,7 +44,6 @@ impl Watch {
         }
         Ok(Watch {
             gpu,
-            _turn: turn,
             device_name,
             total_bytes: total,
             ceiling_bytes,

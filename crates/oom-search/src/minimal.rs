@@ -39,7 +39,7 @@ fn shrink_axes(
             if i == 0 {
                 continue;
             }
-            let f = lower_on(s, axis, &cur, i, opts);
+            let f = lower_on(s, space, axis, &cur, i, opts);
             if f < i {
                 cur = axis.at(&cur, f);
                 changed = true;
@@ -136,6 +136,7 @@ fn known_bounds(
 /// the passing neighbour the report shows when it fits.
 fn lower_on(
     s: &mut Searcher<'_>,
+    space: &Space,
     axis: &Axis,
     cur: &Candidate,
     i: usize,
@@ -144,7 +145,7 @@ fn lower_on(
     let (first_oom, fit) = match known_bounds(s, axis, cur, i) {
         (first_oom, Some(fit)) => (first_oom, fit),
         (0, None) => return 0,
-        (first_oom, None) => match gallop(s, axis, cur, first_oom) {
+        (first_oom, None) => match gallop(s, space, axis, cur, first_oom) {
             Ok(bounds) => bounds,
             Err(lowest) => return lowest,
         },
@@ -165,9 +166,11 @@ fn lower_on(
 
 /// Steps down from `i` (which runs out of memory) by 1, 2, 4, …: `(first_oom, fit)` once a value
 /// fits, else the answer itself (`Err`): the lowest value when even it runs out of memory, the
-/// lowest failure when a probe cannot be measured.
+/// lowest failure when a probe cannot be measured. A probe whose outcome what was measured
+/// already settles ([`implied`]) is not run.
 fn gallop(
     s: &mut Searcher<'_>,
+    space: &Space,
     axis: &Axis,
     cur: &Candidate,
     i: usize,
@@ -176,13 +179,19 @@ fn gallop(
         .take_while(|st| *st <= i)
         .map(|st| axis.at(cur, i - st))
         .chain((i & (i - 1) != 0).then(|| axis.at(cur, 0)))
+        .filter(|c| implied(s, space, c).is_none())
         .collect();
     s.guess(&probes);
     let mut first_oom = i;
     let mut step = 1;
     loop {
         let j = i.saturating_sub(step);
-        match s.measure(&axis.at(cur, j), Purpose::Minimise).outcome {
+        let c = axis.at(cur, j);
+        let outcome = match implied(s, space, &c) {
+            Some((_, m)) => m.outcome,
+            None => s.measure(&c, Purpose::Minimise).outcome,
+        };
+        match outcome {
             Outcome::Fits => return Ok((first_oom, j)),
             Outcome::Oom if j == 0 => return Err(0),
             Outcome::Oom => first_oom = j,

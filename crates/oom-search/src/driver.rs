@@ -5,7 +5,7 @@
 use crate::bisect::{bisect_axis_finely, AxisSearch, AxisVerdict};
 use crate::culprits::culprits;
 use crate::diagnosis::*;
-use crate::minimal::minimise;
+use crate::minimal::{minimise, Seen};
 use crate::searcher::{Clock, Searcher, TrialRecord};
 use crate::vocabulary::{
     Axis, AxisOptions, Candidate, Event, Measurement, Oracle, Outcome, Purpose,
@@ -173,7 +173,7 @@ fn explain_oom(s: &mut Searcher<'_>, space: &Space, opts: &SearchOptions, d: &mu
                 s.trials.extend(trials);
                 minimal
             }
-            None => minimise(s, space, opts),
+            None => minimise(s, space, early_seen(space, &d.axes), opts),
         });
     }
 }
@@ -218,7 +218,10 @@ fn search_axes(
         let r = one(s, item);
         let early = (item.0 == 0 && opts.minimise && lowered(item.1, &r)).then(|| {
             let before = s.trials.len();
-            let minimal = minimise(s, space, opts);
+            let seen = Seen {
+                first_key: Some(&item.1.key),
+            };
+            let minimal = minimise(s, space, seen, opts);
             (minimal, s.trials.split_off(before))
         });
         (r, early)
@@ -230,6 +233,18 @@ fn search_axes(
         }
     }
     (axes.iter().map(|a| one(s, a)).collect(), None)
+}
+
+/// What the minimal search sees where it runs after the axes: where it could have run beside them
+/// (the first axis lowered), only what it would have seen there, so that the report does not
+/// depend on how many trials ran at once; else every trial.
+fn early_seen<'a>(space: &'a Space, axes: &[AxisSearch]) -> Seen<'a> {
+    let first = space.axes.iter().find(|a| a.original > 0);
+    let first_key = first
+        .zip(axes.first())
+        .filter(|(axis, r)| lowered(axis, r))
+        .map(|(axis, _)| axis.key.as_str());
+    Seen { first_key }
 }
 
 /// Whether an axis's boundary lies below the original value (its first failure is not the

@@ -24,6 +24,7 @@ fn index_on(axis: &Axis, c: &Candidate) -> usize {
 fn shrink_axes(
     s: &mut Searcher<'_>,
     space: &Space,
+    seen: Seen<'_>,
     opts: &SearchOptions,
     mut cur: Candidate,
 ) -> Candidate {
@@ -31,7 +32,7 @@ fn shrink_axes(
         if pass > 0 {
             // A pass after one that moved an axis mostly confirms: its first probe on each axis,
             // one step lower, is the passing neighbour the report shows. All at once.
-            s.expect(&below(s, space, &cur));
+            s.expect(&below(s, space, seen, &cur));
         }
         let mut changed = false;
         for axis in &space.axes {
@@ -39,7 +40,7 @@ fn shrink_axes(
             if i == 0 {
                 continue;
             }
-            let f = lower_on(s, space, axis, &cur, i, opts);
+            let f = lower_on(s, space, seen, axis, &cur, i, opts);
             if f < i {
                 cur = axis.at(&cur, f);
                 changed = true;
@@ -54,12 +55,12 @@ fn shrink_axes(
 
 /// One step lower on each axis that has a step below `cur`, where what was measured does not
 /// already say its outcome.
-fn below(s: &Searcher<'_>, space: &Space, cur: &Candidate) -> Vec<Candidate> {
+fn below(s: &Searcher<'_>, space: &Space, seen: Seen<'_>, cur: &Candidate) -> Vec<Candidate> {
     space
         .axes
         .iter()
         .filter_map(|a| index_on(a, cur).checked_sub(1).map(|j| a.at(cur, j)))
-        .filter(|c| implied(s, space, c).is_none())
+        .filter(|c| implied(s, space, seen, c).is_none())
         .collect()
 }
 
@@ -87,15 +88,34 @@ fn at_most(space: &Space, a: &Candidate, b: &Candidate) -> Option<bool> {
     Some(le)
 }
 
+/// What the minimal search may take as measured when it implies an outcome: every trial, or where
+/// it may run beside the other axes (see `driver::search_axes`), only the trials that set the first
+/// axis (`first_key`) and its own, so that it sees the same whether the axes ran at once or in turn.
+#[derive(Clone, Copy)]
+pub(crate) struct Seen<'k> {
+    pub(crate) first_key: Option<&'k str>,
+}
+
 /// A configuration measured under the ceiling that settles `c`'s outcome without running it: a
 /// fit at or above `c` on every axis, or an out-of-memory at or below it. Memory grows along each
 /// axis (the bisection rests on the same), so each axis's order holds in any context of the others.
 fn implied<'s>(
     s: &'s Searcher<'_>,
     space: &Space,
+    seen: Seen<'_>,
     c: &Candidate,
 ) -> Option<(&'s Candidate, &'s Measurement)> {
-    s.settled()
+    let measured: Vec<(&Candidate, &Measurement)> = match seen.first_key {
+        None => s.settled().collect(),
+        Some(key) => s
+            .trials
+            .iter()
+            .filter(|t| t.purpose == Purpose::Minimise || t.candidate.get(key).is_some())
+            .map(|t| (&t.candidate, &t.measurement))
+            .collect(),
+    };
+    measured
+        .into_iter()
         .filter(|(m_c, m)| match m.outcome {
             Outcome::Fits => at_most(space, c, m_c) == Some(true),
             Outcome::Oom => at_most(space, m_c, c) == Some(true),
@@ -137,6 +157,7 @@ fn known_bounds(
 fn lower_on(
     s: &mut Searcher<'_>,
     space: &Space,
+    seen: Seen<'_>,
     axis: &Axis,
     cur: &Candidate,
     i: usize,
@@ -145,7 +166,7 @@ fn lower_on(
     let (first_oom, fit) = match known_bounds(s, axis, cur, i) {
         (first_oom, Some(fit)) => (first_oom, fit),
         (0, None) => return 0,
-        (first_oom, None) => match gallop(s, space, axis, cur, first_oom) {
+        (first_oom, None) => match gallop(s, space, seen, axis, cur, first_oom) {
             Ok(bounds) => bounds,
             Err(lowest) => return lowest,
         },
@@ -171,6 +192,7 @@ fn lower_on(
 fn gallop(
     s: &mut Searcher<'_>,
     space: &Space,
+    seen: Seen<'_>,
     axis: &Axis,
     cur: &Candidate,
     i: usize,
@@ -179,7 +201,7 @@ fn gallop(
         .take_while(|st| *st <= i)
         .map(|st| axis.at(cur, i - st))
         .chain((i & (i - 1) != 0).then(|| axis.at(cur, 0)))
-        .filter(|c| implied(s, space, c).is_none())
+        .filter(|c| implied(s, space, seen, c).is_none())
         .collect();
     s.guess(&probes);
     let mut first_oom = i;
@@ -187,7 +209,7 @@ fn gallop(
     loop {
         let j = i.saturating_sub(step);
         let c = axis.at(cur, j);
-        let outcome = match implied(s, space, &c) {
+        let outcome = match implied(s, space, seen, &c) {
             Some((_, m)) => m.outcome,
             None => s.measure(&c, Purpose::Minimise).outcome,
         };
@@ -205,15 +227,20 @@ fn gallop(
 /// The smallest configuration that still runs out of memory: every monotone axis lowered to a
 /// fixpoint, every module kept as configured (the modules that matter are what `culprits` reports;
 /// swapping more of them only makes the configuration less like the user's).
-pub(crate) fn minimise(s: &mut Searcher<'_>, space: &Space, opts: &SearchOptions) -> Minimal {
-    let cur = shrink_axes(s, space, opts, Candidate::original());
-    s.expect(&below(s, space, &cur));
+pub(crate) fn minimise(
+    s: &mut Searcher<'_>,
+    space: &Space,
+    seen: Seen<'_>,
+    opts: &SearchOptions,
+) -> Minimal {
+    let cur = shrink_axes(s, space, seen, opts, Candidate::original());
+    s.expect(&below(s, space, seen, &cur));
     let measurement = s.measure(&cur, Purpose::Minimise);
     let neighbours = space
         .axes
         .iter()
         .filter(|axis| index_on(axis, &cur) > 0)
-        .map(|axis| neighbour(s, space, axis, &cur))
+        .map(|axis| neighbour(s, space, seen, axis, &cur))
         .collect::<Vec<_>>();
     let one_minimal = measurement.outcome == Outcome::Oom
         && neighbours
@@ -229,7 +256,13 @@ pub(crate) fn minimise(s: &mut Searcher<'_>, space: &Space, opts: &SearchOptions
 
 /// The passing neighbour one step lower on `axis`: measured, unless a fit measured before holds
 /// at least as much. (No module neighbour: the configuration keeps the modules as configured.)
-fn neighbour(s: &mut Searcher<'_>, space: &Space, axis: &Axis, cur: &Candidate) -> Neighbour {
+fn neighbour(
+    s: &mut Searcher<'_>,
+    space: &Space,
+    seen: Seen<'_>,
+    axis: &Axis,
+    cur: &Candidate,
+) -> Neighbour {
     let i = index_on(axis, cur);
     let c = axis.at(cur, i - 1);
     let change = format!(
@@ -240,7 +273,7 @@ fn neighbour(s: &mut Searcher<'_>, space: &Space, axis: &Axis, cur: &Candidate) 
     );
     let known_fit = match s.known(&c) {
         Some(_) => None,
-        None => implied(s, space, &c)
+        None => implied(s, space, seen, &c)
             .filter(|(_, m)| m.outcome == Outcome::Fits)
             .map(|(by, m)| (by.clone(), m.clone())),
     };

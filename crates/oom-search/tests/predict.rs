@@ -708,15 +708,19 @@ fn batch(c: &Candidate) -> u64 {
 
 impl Oracle for ForumPlane {
     fn run(&mut self, c: &Candidate, _: u32) -> Measurement {
-        let need = plane_need(batch(c), side(c));
-        let fits = c.unbounded || need <= FORUM_CEILING;
-        let mut m = Measurement::new(if fits { Outcome::Fits } else { Outcome::Oom });
-        if fits {
-            m.need_bytes = Some((need * (1u64 << 30) as f64) as u64);
-        }
-        m.base_bytes = Some(9 << 26);
-        m
+        plane_measurement(c, plane_need(batch(c), side(c)))
     }
+}
+
+/// What a device says of `c` needing `need` GiB: its need only where it fits.
+fn plane_measurement(c: &Candidate, need: f64) -> Measurement {
+    let fits = c.unbounded || need <= FORUM_CEILING;
+    let mut m = Measurement::new(if fits { Outcome::Fits } else { Outcome::Oom });
+    if fits {
+        m.need_bytes = Some((need * (1u64 << 30) as f64) as u64);
+    }
+    m.base_bytes = Some(9 << 26);
+    m
 }
 
 /// The minimal failing configuration of the forum starts from the batch boundary (3 runs out of
@@ -771,4 +775,54 @@ fn the_forum_minimal_configuration_lowers_the_size_at_the_batch_boundary() {
         Some(vec!["data.batch=2".to_string()]),
         "{m:?}"
     );
+}
+
+/// [`ForumPlane`] with a third axis, `model.detail` (1 or 2, as configured), which halves the need
+/// at 1; on workers that can run searches at once (`at_once`) or not.
+struct DetailPlane {
+    at_once: bool,
+}
+
+impl Oracle for DetailPlane {
+    fn run(&mut self, c: &Candidate, _: u32) -> Measurement {
+        let share = if c.get("model.detail") == Some("1") {
+            0.5
+        } else {
+            1.0
+        };
+        plane_measurement(c, share * plane_need(batch(c), side(c)))
+    }
+
+    fn fork(&self) -> Option<Box<dyn Oracle + Send + '_>> {
+        self.at_once
+            .then(|| Box::new(DetailPlane { at_once: true }) as Box<dyn Oracle + Send>)
+    }
+}
+
+/// The minimal search implies outcomes from what was measured: beside the axes it has seen only the
+/// batch axis (and not that detail 1 fits at batch 4, which implies it at batch 3), after them every
+/// axis; where it could run beside them it takes only what it would have seen there. So the
+/// diagnosis is the same whether the axes ran at once or in turn.
+#[test]
+fn the_diagnosis_is_the_same_with_the_axes_at_once() {
+    let batch_axis = Axis {
+        tag: Tag::default(),
+        original: 3,
+        ..axis("batch", "data.batch", 4)
+    };
+    let axes = vec![
+        batch_axis,
+        forum_size_axis(),
+        axis("detail", "model.detail", 2),
+    ];
+    let space = forum_space(axes);
+    let clock = TestClock::default();
+    let run = |at_once: bool| {
+        let oracle = &mut DetailPlane { at_once };
+        diagnose(oracle, &mut |_| {}, &clock, &space, &forum_options(true))
+    };
+    let (in_turn, at_once) = (run(false), run(true));
+    assert!(in_turn.minimal_failing.is_some());
+    assert_eq!(in_turn.minimal_failing, at_once.minimal_failing);
+    assert_eq!(in_turn.trials, at_once.trials);
 }

@@ -25,9 +25,9 @@ impl Search<'_> {
             let ran_out_free = s
                 .known(&side.candidate.without_ceiling())
                 .is_some_and(|m| m.outcome == Outcome::Oom);
-            // Measured under the ceiling already, or out of memory on the device without it
-            // (where the room it had, a card or its share of one, is never below the ceiling): the
-            // device's own verdict.
+            // Measured under the ceiling already, or out of memory on the device without it (it
+            // had what the card had free, alone on it, never less than the ceiling): the device's
+            // own verdict.
             if !self.free || s.known(&side.candidate).is_some() || ran_out_free {
                 continue;
             }

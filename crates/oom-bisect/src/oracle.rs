@@ -54,6 +54,7 @@ pub fn measurement(r: &TrialReport) -> Measurement {
         peak_in_use_bytes: r.peak_in_use_bytes,
         base_bytes: r.base_bytes,
         need_bytes: r.need_bytes(),
+        need_floor_bytes: r.need_floor_bytes(),
         replay_disagrees: r.replay_disagrees(),
         note,
         diverged: r.diverged.clone(),

@@ -90,7 +90,11 @@ fn stride_axis(config: &Config) -> Axis {
     let original = values.len() - 1;
     let values = values
         .iter()
-        .map(|s| value(s.to_string(), format!("OS{s}"), None))
+        .map(|s| {
+            let mut c = config.clone();
+            c.model.output_stride = *s;
+            value(s.to_string(), format!("OS{s}"), estimated_x(&c))
+        })
         .collect();
     axis(AxisKind::Stride, values, original, vec![])
 }
@@ -120,16 +124,21 @@ fn depth_axis(config: &Config, arch: &Architecture) -> Axis {
     axis(AxisKind::Depth, values, original, vec![])
 }
 
-/// The axis's x at a stage: what the model truncated after it is estimated to hold in a step beyond
-/// what outlives the step (deeplab's estimate: activations and gradients; 0 is the weights, state
-/// and batch alone, as no batch is on the batch axis). Measured needs lie close to a line along it
-/// (the estimate errs by a share, not stage by stage), so needs predict the depth boundary as they
-/// do the batch's.
+/// The depth axis's x at a stage: [`estimated_x`] of the model truncated after it.
 fn depth_x(config: &Config, stage: &str) -> Option<f64> {
     let mut c = config.clone();
     c.model.truncate_after = Some(stage.to_string());
-    let arch = Architecture::new(&c).ok()?;
-    let e = arch.memory_estimate(&c);
+    estimated_x(&c)
+}
+
+/// An axis's x where memory does not grow with a number of its own (depth, output stride): what
+/// `config` is estimated to hold in a step beyond what outlives the step (deeplab's estimate:
+/// activations and gradients; 0 is the weights, state and batch alone). Measured needs lie close
+/// to a line along it (the estimate errs by a share, not value by value), so needs predict the
+/// boundary as they do the batch's.
+fn estimated_x(config: &Config) -> Option<f64> {
+    let arch = Architecture::new(config).ok()?;
+    let e = arch.memory_estimate(config);
     Some(e.peak.total().saturating_sub(e.between_steps) as f64)
 }
 
@@ -243,16 +252,20 @@ mod tests {
         assert_eq!(a.values.last().unwrap().label, "520×520");
     }
 
-    /// The depth axis's x (the estimate of the model truncated there) grows stage by stage, as the
-    /// prediction's lines assume, on the forum's model and the quickstart's (attention included).
+    /// The depth and stride axes' x (the estimate of the model truncated there, or at that
+    /// stride) grows value by value, as the prediction's lines assume, on the forum's model and the
+    /// quickstart's (attention included).
     #[test]
-    fn depth_grows_along_its_axis() {
+    fn the_estimate_grows_along_depth_and_stride() {
         for f in ["forum-r101-os8-1024.toml", "quickstart.toml"] {
             let path = format!("{}/../../configs/{f}", env!("CARGO_MANIFEST_DIR"));
             let c = Config::from_toml_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-            let space = build(&c, &[Step::Depth]);
-            let xs: Vec<f64> = space.axes[0].values.iter().map(|v| v.x.unwrap()).collect();
-            assert!(xs.windows(2).all(|w| w[0] < w[1]), "{f}: {xs:?}");
+            for step in [Step::Depth, Step::Stride] {
+                let space = build(&c, &[step]);
+                let xs: Vec<f64> = space.axes[0].values.iter().map(|v| v.x.unwrap()).collect();
+                let name = &space.axes[0].name;
+                assert!(xs.windows(2).all(|w| w[0] < w[1]), "{f} {name}: {xs:?}");
+            }
         }
     }
 

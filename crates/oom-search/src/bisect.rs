@@ -103,12 +103,17 @@ pub fn bisect_axis(
     if let Some((last_fit, first_oom)) = search.secant_on_needs(s, lo, hi, opts) {
         return search.certified(s, last_fit, first_oom);
     }
+    let mut predictor = Predictor::new(axis, opts);
+    let hi = match search.from_the_top(s, lo, hi, &mut predictor) {
+        FromTheTop::Fit(fit, top) => return search.narrowed(s, fit, top, &mut predictor),
+        FromTheTop::Oom(i) => i,
+        FromTheTop::NotTried => hi,
+    };
     search.predict_beside_the_top(s, lo, hi, opts);
     let (bottom, top) = match search.check_ends(s, lo, hi) {
         Ends::Open { bottom, top } => (bottom, top),
         Ends::Settled(verdict) => return search.done(s, verdict, 0),
     };
-    let mut predictor = Predictor::new(axis, opts);
     predictor.note(bottom.index, &bottom.measurement);
     predictor.note(top.index, &top.measurement);
     search.note_top_need(s, &top, &mut predictor);
@@ -220,6 +225,16 @@ enum Ends {
     Open { bottom: Probe, top: Probe },
     /// Nothing to search: the verdict is already known.
     Settled(AxisVerdict),
+}
+
+/// What probing the predicted last fit before the bottom found.
+enum FromTheTop {
+    /// It fits, and so does every value below it: the boundary lies between it and the top.
+    Fit(Probe, Probe),
+    /// It ran out of memory at this index: the boundary lies below it, and the bottom is checked.
+    Oom(usize),
+    /// No prediction from the top: the bottom is checked first.
+    NotTried,
 }
 
 /// One axis being searched: what every step needs to probe and to report.
@@ -468,6 +483,52 @@ impl Search<'_> {
         }
         // Replaces what earlier steps guessed (the fan-out of an original that might have failed).
         s.guess(&next);
+    }
+
+    /// Where the top is known to run out of memory and says its need, the line through that need
+    /// and the need's floor (what no value of the axis moves) predicts the last fit before the
+    /// bottom is measured; where it lies above the bottom it is probed first. A fit there says
+    /// every value below fits (memory grows along the axis): the bottom never runs, which is one
+    /// trial fewer on each axis whose prediction holds; an out-of-memory there is the new top, and
+    /// the bottom is checked as it would have been.
+    fn from_the_top(
+        &self,
+        s: &mut Searcher<'_>,
+        lo: usize,
+        hi: usize,
+        predictor: &mut Predictor,
+    ) -> FromTheTop {
+        let at = |j: usize| self.axis.at(self.base, j);
+        let top = match s.known(&at(hi)) {
+            Some(m) if m.outcome == Outcome::Oom && s.known(&at(lo)).is_none() => m.clone(),
+            _ => return FromTheTop::NotTried,
+        };
+        let top = Probe {
+            index: hi,
+            label: self.axis.values[hi].label.clone(),
+            candidate: at(hi),
+            measurement: top,
+        };
+        predictor.note(hi, &top.measurement);
+        self.note_top_need(s, &top, predictor);
+        let Some(i) = predictor.last_fit_above(lo, hi) else {
+            return FromTheTop::NotTried;
+        };
+        s.expect(&[self.inside(i, lo, hi, predictor)]);
+        let next: Vec<Candidate> = (predictor.follow_ups(i).into_iter())
+            .filter(|j| *j > lo && *j < hi && *j != i)
+            .map(at)
+            .collect();
+        s.guess(&next);
+        let p = self.probe_inside(s, i, lo, hi, predictor);
+        predictor.note_predicted(i, &p.measurement);
+        predictor.note(i, &p.measurement);
+        match p.measurement.outcome {
+            Outcome::Fits => FromTheTop::Fit(p, top),
+            Outcome::Oom => FromTheTop::Oom(i),
+            // The search goes on as if it had not been tried; the probe stays unmeasurable.
+            Outcome::Inconclusive => FromTheTop::NotTried,
+        }
     }
 
     /// The top end must run out of memory and the bottom end fit; otherwise the verdict is settled

@@ -71,7 +71,7 @@ fn oom_fan_out(space: &Space, opts: &SearchOptions) -> Vec<Candidate> {
         space
             .axes
             .iter()
-            .filter(|a| a.original > 0)
+            .filter(|a| a.original > 0 && !from_the_top(a, opts))
             .map(|a| a.at(&base, 0)),
     );
     if opts.fixes {
@@ -86,6 +86,16 @@ fn oom_fan_out(space: &Space, opts: &SearchOptions) -> Vec<Candidate> {
         );
     }
     out
+}
+
+/// Whether the first probe of `axis` is predicted from the original's need, measured before the
+/// axes (`bisect_axis`): its bottom may never run, so it is not started ahead.
+fn from_the_top(axis: &Axis, opts: &SearchOptions) -> bool {
+    let need_first = opts.need_from_original || (opts.need && opts.probe_without_ceiling);
+    opts.predict
+        && opts.ceiling.is_some()
+        && need_first
+        && axis.values.iter().all(|v| v.x.is_some())
 }
 
 fn fix_candidate(fix: &Fix) -> Candidate {

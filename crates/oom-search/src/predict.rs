@@ -77,6 +77,9 @@ pub(crate) struct Predictor {
     ceiling: f64,
     points: Vec<(f64, f64)>,
     base_bytes: Option<f64>,
+    /// The need with nothing in it that scales ([`Measurement::need_floor_bytes`]): the intercept
+    /// of a line through a single need.
+    need_floor: Option<f64>,
     /// What the device held beyond the live tensors at the largest fit (0 where needs are known:
     /// a need is in the ceiling's own terms).
     overhead: f64,
@@ -106,6 +109,7 @@ impl Predictor {
             ceiling: o.ceiling.unwrap_or(0) as f64,
             points: vec![],
             base_bytes: None,
+            need_floor: None,
             overhead: 0.0,
             left: if o.predict && o.ceiling.is_some() {
                 PREDICTED_PROBES
@@ -127,6 +131,9 @@ impl Predictor {
         let Some(x) = self.xs[index] else { return };
         if let Some(need) = m.need_bytes {
             self.points.push((x, need as f64));
+            if let Some(floor) = m.need_floor_bytes {
+                self.need_floor = Some(floor as f64);
+            }
         } else if let (Outcome::Fits, Some(y)) = (m.outcome, m.peak_in_use_bytes.or(m.peak_bytes)) {
             self.points.push((x, y as f64));
             if let (Some(dev), Some(live)) = (m.peak_bytes, m.peak_in_use_bytes) {
@@ -231,7 +238,7 @@ impl Predictor {
             return false;
         };
         let ceiling = self.live_ceiling();
-        line(&self.points, self.base_bytes, ceiling)
+        line(&self.points, self.intercept(), ceiling)
             .is_some_and(|(x2, y2, slope)| y2 + slope * (x - x2) <= ceiling)
     }
 
@@ -276,7 +283,25 @@ impl Predictor {
         if sub.iter().any(|x| x.is_nan()) {
             return None;
         }
-        predict_boundary(&self.points, self.base_bytes, self.live_ceiling(), &sub).map(|i| lo + i)
+        predict_boundary(&self.points, self.intercept(), self.live_ceiling(), &sub).map(|i| lo + i)
+    }
+
+    /// The bytes at x = 0 of a line through one point: the need's floor where needs were noted
+    /// with one, else what was measured not to scale.
+    fn intercept(&self) -> Option<f64> {
+        self.need_floor.or(self.base_bytes)
+    }
+
+    /// The predicted last fit where it lies above `lo` (kept below `hi`), as the first probe of a
+    /// search that has measured only the top: `None` where the line puts it at or below `lo`,
+    /// whose own probe then comes first.
+    pub(crate) fn last_fit_above(&mut self, lo: usize, hi: usize) -> Option<usize> {
+        if self.left == 0 || hi <= lo + 1 {
+            return None;
+        }
+        let i = self.predict_unclamped(lo, hi).filter(|i| *i > lo)?;
+        self.left -= 1;
+        Some(i.min(hi - 1))
     }
 }
 

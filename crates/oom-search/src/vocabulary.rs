@@ -48,6 +48,11 @@ pub struct Measurement {
     /// figure predicts boundaries on both sides of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub need_bytes: Option<u64>,
+    /// The need with nothing in it that scales (the bytes before the trial's stream, such as the
+    /// device's context, and what outlives a step), where the need is known: the line through a
+    /// single need and this floor predicts a boundary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub need_floor_bytes: Option<u64>,
     /// The device fitted where the replay of its stream did not: the verdict is the device's, and
     /// a boundary it stands on is re-run.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -71,6 +76,7 @@ impl Measurement {
             peak_in_use_bytes: None,
             base_bytes: None,
             need_bytes: None,
+            need_floor_bytes: None,
             replay_disagrees: false,
             note: String::new(),
             diverged: None,

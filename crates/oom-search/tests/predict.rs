@@ -718,9 +718,59 @@ fn plane_measurement(c: &Candidate, need: f64) -> Measurement {
     let mut m = Measurement::new(if fits { Outcome::Fits } else { Outcome::Oom });
     if fits {
         m.need_bytes = Some((need * (1u64 << 30) as f64) as u64);
+        m.need_floor_bytes = Some((PLANE_FLOOR * (1u64 << 30) as f64) as u64);
     }
     m.base_bytes = Some(9 << 26);
     m
+}
+
+/// [`plane_need`] at no pixels: what no value of either axis moves.
+const PLANE_FLOOR: f64 = 0.9;
+
+/// The original's need and its floor draw each axis's first line: the predicted last fit runs
+/// first, and where it fits, every value below it does; no axis runs its bottom (batch 1, 32²).
+#[test]
+fn the_axes_start_from_the_top_where_the_original_says_its_need() {
+    let batch_axis = Axis {
+        tag: Tag::default(),
+        original: 3,
+        ..axis("batch", "data.batch", 4)
+    };
+    let space = forum_space(vec![batch_axis, forum_size_axis()]);
+    let opts = SearchOptions {
+        minimise: false,
+        ..forum_options(true)
+    };
+    let mut ev = |_: &Event| {};
+    let d = diagnose(
+        &mut ForumPlane,
+        &mut ev,
+        &TestClock::default(),
+        &space,
+        &opts,
+    );
+    let last_fit = |axis: usize| match &d.axes[axis].verdict {
+        AxisVerdict::Boundary { last_fit, .. } => {
+            (batch(&last_fit.candidate), side(&last_fit.candidate))
+        }
+        v => panic!("{v:?}"),
+    };
+    let size = (4..=128)
+        .map(|k| 8 * k)
+        .filter(|s| plane_need(4, *s) <= FORUM_CEILING)
+        .max()
+        .unwrap();
+    assert_eq!((last_fit(0), last_fit(1)), ((2, 1024), (4, size)));
+    let bottom = |t: &TrialRecord| batch(&t.candidate) == 1 || side(&t.candidate) == 32;
+    assert!(!d.trials.iter().any(bottom), "{:?}", d.trials);
+    // The original, its need, batch 2 and 3; the size's prediction, its neighbour, and the
+    // secant step where the line is off.
+    assert!(
+        d.trials.len() <= 7,
+        "{} trials: {:?}",
+        d.trials.len(),
+        d.trials
+    );
 }
 
 /// The minimal failing configuration of the forum starts from the batch boundary (3 runs out of

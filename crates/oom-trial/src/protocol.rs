@@ -400,6 +400,10 @@ pub struct Replayed {
     pub retries: u64,
     /// Without a cap, the most bytes reserved at once, plus the bytes before the stream.
     pub reserved_bytes: u64,
+    /// The bytes held before the stream (on CUDA the device's context): the part of every need
+    /// that no setting moves.
+    #[serde(default)]
+    pub before_bytes: u64,
     /// Under the trial's own ceiling: the request that cannot be served (its place in the stream
     /// and its size), or `None` where the stream fits.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -22,6 +22,7 @@ pub fn replayed(
         allocated_bytes: need.at_cap.stats.peak_allocated,
         retries: need.at_cap.stats.retries,
         reserved_bytes: before + need.uncapped.stats.peak_reserved,
+        before_bytes: before,
         fails_at: at_ceiling.oom.map(|(index, oom)| FailedRequest {
             index,
             bytes: oom.requested,

@@ -178,6 +178,15 @@ impl TrialReport {
         self.allocator.as_ref().map(|a| a.need_bytes)
     }
 
+    /// What the need would be with nothing in it that scales with the batch, the input or the
+    /// model's depth: the bytes before the stream and what outlives a step (parameters, gradients'
+    /// buffers, optimizer state). Where only one need is known, the line through it and this
+    /// floor predicts a boundary.
+    pub fn need_floor_bytes(&self) -> Option<u64> {
+        let before = self.allocator.as_ref()?.before_bytes;
+        self.base_bytes.map(|base| before + base)
+    }
+
     /// The device fitted under the ceiling where the replay of its stream does not: the device's
     /// verdict stands, and the report says so.
     pub fn replay_disagrees(&self) -> bool {

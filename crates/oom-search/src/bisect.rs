@@ -215,6 +215,13 @@ pub(crate) fn plain_bisection_trials(n: usize) -> usize {
     log + 2
 }
 
+/// Predicted probes from the top before the bottom is checked: the prediction, and where it runs
+/// out of memory the next (its neighbour, or a secant step where it said its need). A line through
+/// one need and a floor misses by a step or two at most where memory is close to affine (the
+/// forum's size: 864² predicted, 856² the last fit); an axis whose bottom runs out of memory too
+/// pays these on top of its bottom.
+const PROBES_FROM_THE_TOP: usize = 2;
+
 /// How many unmeasurable values at the bottom of an axis are stepped over before the axis is given
 /// up as inconclusive.
 const SKIP_UP: usize = 2;
@@ -487,10 +494,11 @@ impl Search<'_> {
 
     /// Where the top is known to run out of memory and says its need, the line through that need
     /// and the need's floor (what no value of the axis moves) predicts the last fit before the
-    /// bottom is measured; where it lies above the bottom it is probed first. A fit there says
-    /// every value below fits (memory grows along the axis): the bottom never runs, which is one
-    /// trial fewer on each axis whose prediction holds; an out-of-memory there is the new top, and
-    /// the bottom is checked as it would have been.
+    /// bottom is measured; where it lies above the bottom it is probed first, and where it runs out
+    /// of memory, the next predicted probe below it (at most [`PROBES_FROM_THE_TOP`]). A fit says
+    /// every value below fits (memory grows along the axis): the bottom never runs, one trial fewer
+    /// on each axis whose prediction holds; the lowest out-of-memory is the new top, and the bottom
+    /// is checked as it would have been.
     fn from_the_top(
         &self,
         s: &mut Searcher<'_>,
@@ -498,37 +506,73 @@ impl Search<'_> {
         hi: usize,
         predictor: &mut Predictor,
     ) -> FromTheTop {
-        let at = |j: usize| self.axis.at(self.base, j);
-        let top = match s.known(&at(hi)) {
-            Some(m) if m.outcome == Outcome::Oom && s.known(&at(lo)).is_none() => m.clone(),
-            _ => return FromTheTop::NotTried,
+        let Some(mut top) = self.top_with_need(s, lo, hi, predictor) else {
+            return FromTheTop::NotTried;
         };
+        let mut guess = predictor.last_fit_above(lo, hi);
+        for _ in 0..PROBES_FROM_THE_TOP {
+            let Some(i) = guess else { break };
+            let p = self.probe_predicted(s, i, lo, top.index, predictor);
+            match p.measurement.outcome {
+                Outcome::Fits => return FromTheTop::Fit(p, top),
+                Outcome::Oom => top = p,
+                // The search goes on from what it measured; the probe stays unmeasurable.
+                Outcome::Inconclusive => break,
+            }
+            let open: Vec<usize> = (lo + 1..top.index).collect();
+            guess = predictor.next_guess(lo, top.index, &open);
+        }
+        match top.index < hi {
+            true => FromTheTop::Oom(top.index),
+            false => FromTheTop::NotTried,
+        }
+    }
+
+    /// The top, known to run out of memory with the bottom not yet measured, noted in `predictor`
+    /// with its need.
+    fn top_with_need(
+        &self,
+        s: &Searcher<'_>,
+        lo: usize,
+        hi: usize,
+        predictor: &mut Predictor,
+    ) -> Option<Probe> {
+        let at = |j: usize| self.axis.at(self.base, j);
+        let m = s.known(&at(hi)).filter(|m| m.outcome == Outcome::Oom)?;
+        if s.known(&at(lo)).is_some() {
+            return None;
+        }
         let top = Probe {
             index: hi,
             label: self.axis.values[hi].label.clone(),
             candidate: at(hi),
-            measurement: top,
+            measurement: m.clone(),
         };
         predictor.note(hi, &top.measurement);
         self.note_top_need(s, &top, predictor);
-        let Some(i) = predictor.last_fit_above(lo, hi) else {
-            return FromTheTop::NotTried;
-        };
+        Some(top)
+    }
+
+    /// The predicted probe at `i` inside `lo..hi`, its likely successors started ahead, its outcome
+    /// noted.
+    fn probe_predicted(
+        &self,
+        s: &mut Searcher<'_>,
+        i: usize,
+        lo: usize,
+        hi: usize,
+        predictor: &mut Predictor,
+    ) -> Probe {
         s.expect(&[self.inside(i, lo, hi, predictor)]);
         let next: Vec<Candidate> = (predictor.follow_ups(i).into_iter())
             .filter(|j| *j > lo && *j < hi && *j != i)
-            .map(at)
+            .map(|j| self.axis.at(self.base, j))
             .collect();
         s.guess(&next);
         let p = self.probe_inside(s, i, lo, hi, predictor);
         predictor.note_predicted(i, &p.measurement);
         predictor.note(i, &p.measurement);
-        match p.measurement.outcome {
-            Outcome::Fits => FromTheTop::Fit(p, top),
-            Outcome::Oom => FromTheTop::Oom(i),
-            // The search goes on as if it had not been tried; the probe stays unmeasurable.
-            Outcome::Inconclusive => FromTheTop::NotTried,
-        }
+        p
     }
 
     /// The top end must run out of memory and the bottom end fit; otherwise the verdict is settled

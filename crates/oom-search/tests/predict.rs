@@ -876,3 +876,48 @@ fn the_diagnosis_is_the_same_with_the_axes_at_once() {
     assert_eq!(in_turn.minimal_failing, at_once.minimal_failing);
     assert_eq!(in_turn.trials, at_once.trials);
 }
+
+/// A size axis whose need is affine in the pixels (1 GiB at none, 32.4 GiB at 1024²) but whose
+/// trials report a floor of 0.5 GiB: the line from the top puts the last fit a step too high.
+struct UnderstatedFloor;
+
+fn affine_need(side: u64) -> f64 {
+    1.0 + 31.4 * (side * side) as f64 / (1024.0 * 1024.0)
+}
+
+impl Oracle for UnderstatedFloor {
+    fn run(&mut self, c: &Candidate, _: u32) -> Measurement {
+        let need = affine_need(side(c));
+        let fits = c.unbounded || need <= FORUM_CEILING;
+        let mut m = Measurement::new(if fits { Outcome::Fits } else { Outcome::Oom });
+        if fits {
+            m.need_bytes = Some((need * (1u64 << 30) as f64) as u64);
+            m.need_floor_bytes = Some(1 << 29);
+        }
+        m
+    }
+}
+
+/// Where the first probe from the top runs out of memory, the next predicted one below it still
+/// comes before the bottom: a step too high costs one trial, and 32² never runs.
+#[test]
+fn a_first_probe_a_step_too_high_is_followed_from_the_top() {
+    let d = axis_search(&mut UnderstatedFloor, forum_size_axis(), true);
+    let truth = (4..=128)
+        .map(|k| 8 * k)
+        .filter(|s| affine_need(*s) <= FORUM_CEILING)
+        .max()
+        .unwrap();
+    let (fit, oom) = boundary(&d);
+    assert_eq!(
+        (side(&fit.candidate), side(&oom.candidate)),
+        (truth, truth + 8)
+    );
+    assert!(
+        !d.trials.iter().any(|t| side(&t.candidate) < 256),
+        "{:?}",
+        d.trials
+    );
+    // The original, its need, the prediction (one step too high) and its neighbour.
+    assert_eq!(d.trials.len(), 4, "{:?}", d.trials);
+}

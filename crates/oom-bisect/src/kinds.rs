@@ -221,6 +221,17 @@ impl FixKind {
         }
     }
 
+    /// The fix that holds at least as much memory as this one: mixed f16 is mixed bf16 with a loss
+    /// scaler (its scale and the checks of every gradient), pure f16 and pure bf16 hold elements
+    /// of the same size. f16 runs first: every CUDA card has it, bf16 needs Ampere.
+    pub fn covered_by(self) -> Option<FixKind> {
+        match self {
+            FixKind::MixedBf16 => Some(FixKind::MixedF16),
+            FixKind::PureBf16 => Some(FixKind::PureF16),
+            _ => None,
+        }
+    }
+
     /// Whether it is a change of `config` at all (f16 is no fix of an f16 run).
     pub fn applies(self, c: &Config) -> bool {
         let swapped = |id: &str| c.model.identity.iter().any(|i| i == id);

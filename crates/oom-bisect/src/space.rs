@@ -178,6 +178,9 @@ fn fixes(config: &Config) -> Vec<Fix> {
             change: k.label().into(),
             tag: k.tag(),
             sets: k.sets(config),
+            covered_by: (k.covered_by())
+                .filter(|c| c.applies(config))
+                .map(|c| c.label().into()),
         })
         .collect()
 }

@@ -216,7 +216,7 @@ pub(crate) fn plain_bisection_trials(n: usize) -> usize {
 }
 
 /// Predicted probes from the top before the bottom is checked: the prediction, and where it runs
-/// out of memory the next (its neighbour, or a secant step where it said its need). A line through
+/// out of memory the next (its neighbour, or the line drawn again through its need). A line through
 /// one need and a floor misses by a step or two at most where memory is close to affine (the
 /// forum's size: 864² predicted, 856² the last fit); an axis whose bottom runs out of memory too
 /// pays these on top of its bottom.
@@ -519,8 +519,9 @@ impl Search<'_> {
                 // The search goes on from what it measured; the probe stays unmeasurable.
                 Outcome::Inconclusive => break,
             }
-            let open: Vec<usize> = (lo + 1..top.index).collect();
-            guess = predictor.next_guess(lo, top.index, &open);
+            // Drawn again through its need where it said one, else the same line's last fit
+            // below it; none leaves the predictor as it was for the search from the bottom.
+            guess = predictor.last_fit_above(lo, top.index);
         }
         match top.index < hi {
             true => FromTheTop::Oom(top.index),

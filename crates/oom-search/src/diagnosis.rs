@@ -15,6 +15,11 @@ pub struct Fix {
     pub tag: Tag,
     /// The overrides that make it.
     pub sets: Vec<(String, String)>,
+    /// The change of another fix that holds at least as much memory as this one (mixed f16 is
+    /// mixed bf16 with a loss scaler): where that one fits, away from the ceiling, so does this
+    /// one, and it is not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub covered_by: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -24,7 +29,11 @@ pub struct FixResult {
     #[serde(default)]
     pub tag: Tag,
     pub candidate: Candidate,
+    /// Its own trial's, or where `implied_by` is set, that fix's.
     pub measurement: Measurement,
+    /// The fix whose fit settles this one (its [`Fix::covered_by`]): not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub implied_by: Option<String>,
 }
 
 /// A group of module ids swapped for identity together; one item of ddmin.

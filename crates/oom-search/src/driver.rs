@@ -75,7 +75,8 @@ fn oom_fan_out(space: &Space, opts: &SearchOptions) -> Vec<Candidate> {
             .map(|a| a.at(&base, 0)),
     );
     if opts.fixes {
-        out.extend(space.fixes.iter().map(fix_candidate));
+        let uncovered = space.fixes.iter().filter(|f| f.covered_by.is_none());
+        out.extend(uncovered.map(fix_candidate));
     }
     if opts.modules {
         let m = &space.modules;
@@ -163,7 +164,7 @@ fn explain_oom(s: &mut Searcher<'_>, space: &Space, opts: &SearchOptions, d: &mu
         s.event(Event::Step {
             name: "fixes".into(),
         });
-        d.fixes = fixes(s, space, &d.axes);
+        d.fixes = fixes(s, space, &d.axes, opts);
     }
     if opts.modules && !space.modules.items.is_empty() {
         s.event(Event::Step {
@@ -266,24 +267,43 @@ fn lowered(axis: &Axis, r: &AxisSearch) -> bool {
 /// Attempt numbers of each axis's re-runs: axis k's start at `AXIS_RERUNS * (k + 1)`.
 const AXIS_RERUNS: u32 = 1000;
 
-/// Each fix on its own, plus the largest batch and input size that fit (from the axes: no new trials).
-fn fixes(s: &mut Searcher<'_>, space: &Space, axes: &[AxisSearch]) -> Vec<FixResult> {
-    let mut out = vec![];
-    for fix in &space.fixes {
+/// Each fix on its own, plus the largest batch and input size that fit (from the axes: no new
+/// trials). A fix another covers ([`Fix::covered_by`]) comes after it and is not run where that
+/// one fits with its need away from the ceiling (outside the re-run margin).
+fn fixes(
+    s: &mut Searcher<'_>,
+    space: &Space,
+    axes: &[AxisSearch],
+    opts: &SearchOptions,
+) -> Vec<FixResult> {
+    let covered = |f: &&Fix| f.covered_by.is_some();
+    let in_turn =
+        (space.fixes.iter().filter(|f| !covered(f))).chain(space.fixes.iter().filter(covered));
+    let mut out: Vec<FixResult> = vec![];
+    for fix in in_turn {
         let c = fix_candidate(fix);
-        let m = s.measure(
-            &c,
-            Purpose::Fix {
-                change: fix.change.clone(),
-            },
-        );
+        let by = fix.covered_by.as_ref();
+        let settled_by = by.and_then(|by| out.iter().find(|r| &r.change == by));
+        let (measurement, implied_by) =
+            match settled_by.filter(|r| fits_apart(&r.measurement, opts)) {
+                Some(r) => (r.measurement.clone(), Some(r.change.clone())),
+                None => {
+                    let purpose = Purpose::Fix {
+                        change: fix.change.clone(),
+                    };
+                    (s.measure(&c, purpose), None)
+                }
+            };
         out.push(FixResult {
             change: fix.change.clone(),
             tag: fix.tag,
             candidate: c,
-            measurement: m,
+            measurement,
+            implied_by,
         });
     }
+    // Least change to the training first, as the space lists them.
+    out.sort_by_key(|r| space.fixes.iter().position(|f| f.change == r.change));
     for a in axes {
         let fix = space.axes.iter().find(|x| x.name == a.axis);
         if let (AxisVerdict::Boundary { last_fit, .. }, Some(Some(what))) =
@@ -294,8 +314,19 @@ fn fixes(s: &mut Searcher<'_>, space: &Space, axes: &[AxisSearch]) -> Vec<FixRes
                 tag: a.tag,
                 candidate: last_fit.candidate.clone(),
                 measurement: last_fit.measurement.clone(),
+                implied_by: None,
             });
         }
     }
     out
+}
+
+/// Whether `m` fits with its need outside the re-run margin of the ceiling: a fit another fix's
+/// may stand for.
+fn fits_apart(m: &Measurement, opts: &SearchOptions) -> bool {
+    let margin = 1.0 - opts.rerun_within.unwrap_or(0.0);
+    match (m.outcome, m.need_bytes, opts.ceiling) {
+        (Outcome::Fits, Some(need), Some(c)) => (need as f64) <= margin * c as f64,
+        _ => false,
+    }
 }

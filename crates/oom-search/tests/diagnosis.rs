@@ -104,6 +104,7 @@ fn space() -> Space {
             tag: Tag::default(),
             change: "output stride 16".into(),
             sets: vec![("model.output_stride".into(), "16".into())],
+            covered_by: None,
         }],
         modules: Modules {
             key: "model.identity".into(),
@@ -514,5 +515,95 @@ fn a_coarse_boundary_is_narrowed_on_the_fine_values() {
             last_fit.candidate.get("data.size"),
             Some(boundary.to_string().as_str())
         );
+    }
+}
+
+/// Mixed f16 needs `f16` GiB, mixed bf16 a little less (no loss scaler), f32 more than the 23.7 GiB
+/// ceiling; a run under the ceiling that runs out of memory says no need.
+struct Precisions {
+    f16: f64,
+}
+
+impl Oracle for Precisions {
+    fn run(&mut self, c: &Candidate, _: u32) -> Measurement {
+        let need = match c.get("train.precision") {
+            Some("mixed-f16") => self.f16,
+            Some("mixed-bf16") => self.f16 - 0.01,
+            _ => 30.0,
+        };
+        let fits = c.unbounded || need <= 23.7;
+        let mut m = Measurement::new(if fits { Outcome::Fits } else { Outcome::Oom });
+        if fits {
+            m.need_bytes = Some((need * (1u64 << 30) as f64) as u64);
+        }
+        m
+    }
+}
+
+/// The precision fixes of a space, mixed bf16 covered by mixed f16 (the order a user reads them).
+fn precision_space() -> Space {
+    let fix = |change: &str, value: &str, covered_by: Option<&str>| Fix {
+        tag: Tag::default(),
+        change: change.into(),
+        sets: vec![("train.precision".into(), value.into())],
+        covered_by: covered_by.map(String::from),
+    };
+    Space {
+        axes: vec![],
+        capacity: vec![],
+        fixes: vec![
+            fix(
+                "mixed precision bf16",
+                "mixed-bf16",
+                Some("mixed precision f16"),
+            ),
+            fix("mixed precision f16", "mixed-f16", None),
+        ],
+        modules: Modules {
+            key: "model.identity".into(),
+            encode: toml_list,
+            fixed: vec![],
+            items: vec![],
+            unswappable: String::new(),
+        },
+    }
+}
+
+/// A fix covered by another that fits away from the ceiling is not run: it fits as that one does,
+/// and says so. Where the covering fix fits within the re-run margin, or does not fit, it runs.
+#[test]
+fn a_fix_covered_by_one_that_fits_is_not_run() {
+    let opts = SearchOptions {
+        ceiling: Some((23.7 * (1u64 << 30) as f64) as u64),
+        rerun_within: Some(0.005),
+        modules: false,
+        minimise: false,
+        need: false,
+        ..Default::default()
+    };
+    let mut ev = |_: &Event| {};
+    let mut diagnose_with = |f16: f64| {
+        let d = diagnose(
+            &mut Precisions { f16 },
+            &mut ev,
+            &TestClock::default(),
+            &precision_space(),
+            &opts,
+        );
+        let ran_bf16 = d
+            .trials
+            .iter()
+            .any(|t| t.candidate.get("train.precision") == Some("mixed-bf16"));
+        (d.fixes, ran_bf16)
+    };
+    let (fixes, ran) = diagnose_with(17.4);
+    assert!(!ran, "{fixes:?}");
+    assert_eq!(fixes[0].change, "mixed precision bf16", "the space's order");
+    assert_eq!(fixes[0].implied_by.as_deref(), Some("mixed precision f16"));
+    assert_eq!(fixes[0].measurement, fixes[1].measurement);
+    for f16 in [23.65, 25.0] {
+        let (fixes, ran) = diagnose_with(f16);
+        assert!(ran, "{f16}: {fixes:?}");
+        assert_eq!(fixes[0].implied_by, None);
     }
 }

@@ -16,6 +16,16 @@ fn figure_of(m: &oom_search::Measurement) -> String {
         .unwrap_or_default()
 }
 
+/// A fix's figure; one that another fix's fit settles needs at most what that one needs.
+fn fix_figure(f: &FixResult) -> String {
+    match (&f.implied_by, super::Figure::of(&f.measurement)) {
+        (Some(_), Some(super::Figure::Need(n))) => {
+            format!(" (needs at most {})", fmt_bytes(n))
+        }
+        _ => figure_of(&f.measurement),
+    }
+}
+
 /// The plain-words block, or nothing when the original did not run out of memory.
 pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
     if d.original.outcome != Outcome::Oom {
@@ -233,7 +243,7 @@ fn what_fits(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
         (false, false) => vec![format!(
             "Single changes that make it fit, the least change to the training first: {}.",
             fits.iter()
-                .map(|f| format!("{}{}", f.change, figure_of(&f.measurement)))
+                .map(|f| format!("{}{}", f.change, fix_figure(f)))
                 .collect::<Vec<_>>()
                 .join("; ")
         )],
@@ -389,6 +399,7 @@ mod tests {
                 .tag(),
             candidate: Candidate::original(),
             measurement,
+            implied_by: None,
         }
     }
 
@@ -418,5 +429,19 @@ mod tests {
         let s = diverged(&fix("pure bf16", how)).unwrap();
         assert!(!s.contains("mixed-f16"), "{s}");
         assert_eq!(diverged(&fix("pure f16", None)), None);
+    }
+
+    /// A fix that another's fit settles is given what that one needs as a bound, not as its own.
+    #[test]
+    fn an_implied_fix_needs_at_most_what_settled_it() {
+        let mut f16 = fix("mixed precision f16", None);
+        f16.measurement.need_bytes = Some(242 << 20);
+        let bf16 = FixResult {
+            implied_by: Some(f16.change.clone()),
+            measurement: f16.measurement.clone(),
+            ..fix("mixed precision bf16", None)
+        };
+        assert_eq!(fix_figure(&f16), " (needs 242.0 MiB)");
+        assert_eq!(fix_figure(&bf16), " (needs at most 242.0 MiB)");
     }
 }

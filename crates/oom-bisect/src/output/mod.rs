@@ -16,7 +16,6 @@ pub mod trial_table;
 
 use deeplab::{Config, Optimizer};
 
-/// A count with thousands separators, as a user reads it: `40,352,181`.
 /// The version of the JSON outputs' layout: raised when a field changes meaning or goes away.
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -34,6 +33,7 @@ pub fn stamped(v: serde_json::Value, memory_model: deeplab::MemoryModel) -> serd
     serde_json::Value::Object(out)
 }
 
+/// A count with thousands separators, as a user reads it: `40,352,181`.
 pub fn count(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();

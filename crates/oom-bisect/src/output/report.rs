@@ -367,11 +367,13 @@ fn fixes(d: &Diagnosis, cx: &Context<'_>) -> String {
         Outcome::Inconclusive => 2,
     });
     for f in fixes {
-        s += &format!(
-            "  {:<40} {}\n",
-            f.change,
-            super::outcome_cell(&f.measurement)
-        );
+        let cell = match (&f.implied_by, super::figure(&f.measurement)) {
+            (Some(by), Some(figure)) => {
+                format!("fits   as {by} does ({figure}), which holds at least as much")
+            }
+            _ => super::outcome_cell(&f.measurement),
+        };
+        s += &format!("  {:<40} {cell}\n", f.change);
     }
     s
 }

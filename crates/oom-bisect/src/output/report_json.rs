@@ -3,7 +3,8 @@
 
 use super::context::Context;
 use oom_search::{
-    AxisSearch, AxisVerdict, Diagnosis, Minimal, ModulesVerdict, Neighbour, Outcome, Probe,
+    AxisSearch, AxisVerdict, Diagnosis, FixResult, Minimal, ModulesVerdict, Neighbour, Outcome,
+    Probe,
 };
 use serde_json::{json, Value};
 
@@ -93,6 +94,28 @@ fn neighbour_json(n: &Neighbour) -> Value {
     })
 }
 
+/// A fix's own figures; one implied by a fix that holds at least as much has none, and names that
+/// fix with its.
+fn fix_json(f: &FixResult) -> Value {
+    let m = &f.measurement;
+    let figures = json!({"peak_bytes": m.peak_bytes, "need_bytes": m.need_bytes});
+    let (own, implied_by) = match &f.implied_by {
+        None => (figures, Value::Null),
+        Some(by) => (
+            json!({"peak_bytes": null, "need_bytes": null}),
+            json!({"change": by, "figures": figures}),
+        ),
+    };
+    json!({
+        "change": f.change,
+        "candidate": f.candidate.to_sets(),
+        "outcome": m.outcome,
+        "peak_bytes": own["peak_bytes"],
+        "need_bytes": own["need_bytes"],
+        "implied_by": implied_by,
+    })
+}
+
 pub fn json(d: &Diagnosis, cx: &Context<'_>) -> Value {
     let boundaries: Vec<Value> = d
         .axes
@@ -141,12 +164,7 @@ pub fn json(d: &Diagnosis, cx: &Context<'_>) -> Value {
                 "peak_bytes": c.measurement.peak_bytes,
             })).collect::<Vec<_>>(),
         },
-        "fixes": d.fixes.iter().map(|f| json!({
-            "change": f.change,
-            "candidate": f.candidate.to_sets(),
-            "outcome": f.measurement.outcome,
-            "peak_bytes": f.measurement.peak_bytes,
-        })).collect::<Vec<_>>(),
+        "fixes": d.fixes.iter().map(fix_json).collect::<Vec<_>>(),
         "minimal_failing": d.minimal_failing.as_ref().map(|m| minimal_json(m, cx)),
         "trials": {
             "count": d.trials.len(),

@@ -41,6 +41,11 @@ pub struct FixResult {
 pub struct ModuleItem {
     pub label: String,
     pub ids: Vec<String>,
+    /// What swapping it alone saves by the caller's estimate, where it has one: an item that could
+    /// not make the original fit even if the estimate were off by half is not run alone
+    /// (`culprits`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_saving: Option<u64>,
 }
 
 /// The modules ddmin works over.
@@ -200,7 +205,11 @@ pub struct ModuleCost {
     pub label: String,
     pub ids: Vec<String>,
     pub candidate: Candidate,
+    /// Its trial's; where `not_run` is set, an out-of-memory that no trial measured.
     pub measurement: Measurement,
+    /// Why it did not run: what it saves at most, against what the original must shed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_run: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

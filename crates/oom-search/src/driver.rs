@@ -3,7 +3,7 @@
 //! modules that carry the memory and the 1-minimal failing configuration.
 
 use crate::bisect::{bisect_axis_finely, AxisSearch, AxisVerdict};
-use crate::culprits::culprits;
+use crate::culprits::{culprits, Shed};
 use crate::diagnosis::*;
 use crate::minimal::{minimise, Seen};
 use crate::searcher::{Clock, Searcher, TrialRecord};
@@ -79,10 +79,12 @@ fn oom_fan_out(space: &Space, opts: &SearchOptions) -> Vec<Candidate> {
         out.extend(uncovered.map(fix_candidate));
     }
     if opts.modules {
+        // An item with an estimated saving may be ruled out once the original's need is known.
         let m = &space.modules;
+        let bounded = |i: &ModuleItem| i.estimated_saving.is_some() && need_first(opts);
         out.extend(
-            m.items
-                .iter()
+            (m.items.iter())
+                .filter(|i| !bounded(i))
                 .map(|i| m.candidate(&base, std::slice::from_ref(i))),
         );
     }
@@ -92,11 +94,24 @@ fn oom_fan_out(space: &Space, opts: &SearchOptions) -> Vec<Candidate> {
 /// Whether the first probe of `axis` is predicted from the original's need, measured before the
 /// axes (`bisect_axis`): its bottom may never run, so it is not started ahead.
 fn from_the_top(axis: &Axis, opts: &SearchOptions) -> bool {
-    let need_first = opts.need_from_original || (opts.need && opts.probe_without_ceiling);
-    opts.predict
-        && opts.ceiling.is_some()
-        && need_first
-        && axis.values.iter().all(|v| v.x.is_some())
+    opts.predict && need_first(opts) && axis.values.iter().all(|v| v.x.is_some())
+}
+
+/// Whether the original's need is known before the axes, under a ceiling.
+fn need_first(opts: &SearchOptions) -> bool {
+    let measured = opts.need_from_original || (opts.need && opts.probe_without_ceiling);
+    measured && opts.ceiling.is_some()
+}
+
+/// What the original needs beyond the ceiling, where both are known: module items whose estimated
+/// saving falls far short of it are not run alone.
+fn must_shed(d: &Diagnosis, opts: &SearchOptions) -> Option<Shed> {
+    let ceiling = opts.ceiling?;
+    let need = (d.original.need_bytes).or(d.need.as_ref().and_then(|m| m.need_bytes))?;
+    Some(Shed {
+        bytes: need.checked_sub(ceiling)?,
+        ceiling,
+    })
 }
 
 fn fix_candidate(fix: &Fix) -> Candidate {
@@ -170,7 +185,7 @@ fn explain_oom(s: &mut Searcher<'_>, space: &Space, opts: &SearchOptions, d: &mu
         s.event(Event::Step {
             name: "modules".into(),
         });
-        let (verdict, costs) = culprits(s, &space.modules);
+        let (verdict, costs) = culprits(s, &space.modules, must_shed(d, opts));
         d.modules = Some(verdict);
         d.module_costs = costs;
     }

@@ -113,6 +113,7 @@ fn space() -> Space {
             items: MODULES
                 .iter()
                 .map(|(id, _)| ModuleItem {
+                    estimated_saving: None,
                     label: id.to_string(),
                     ids: vec![id.to_string()],
                 })
@@ -431,6 +432,7 @@ fn a_module_that_alone_fits_is_the_culprit() {
         .map(|(id, _)| ModuleItem {
             label: id.to_string(),
             ids: vec![id.to_string()],
+            estimated_saving: None,
         })
         .collect();
     s.axes.clear();
@@ -606,4 +608,70 @@ fn a_fix_covered_by_one_that_fits_is_not_run() {
         assert!(ran, "{f16}: {fixes:?}");
         assert_eq!(fixes[0].implied_by, None);
     }
+}
+
+/// The original needs 30 GiB under a 23.7 GiB ceiling; swapping `big` saves 10 GiB, `small` 1,
+/// `unknown` 0.5. A run under the ceiling that runs out of memory says no need.
+struct Swaps;
+
+impl Oracle for Swaps {
+    fn run(&mut self, c: &Candidate, _: u32) -> Measurement {
+        let ids = c.get("model.identity").unwrap_or("[]");
+        let saved: f64 = [("big", 10.0), ("small", 1.0), ("unknown", 0.5)]
+            .iter()
+            .filter(|(id, _)| ids.contains(&format!("\"{id}\"")))
+            .map(|(_, g)| g)
+            .sum();
+        let need = 30.0 - saved;
+        let fits = c.unbounded || need <= 23.7;
+        let mut m = Measurement::new(if fits { Outcome::Fits } else { Outcome::Oom });
+        if fits {
+            m.need_bytes = Some((need * (1u64 << 30) as f64) as u64);
+        }
+        m
+    }
+}
+
+/// An item whose estimated saving, doubled, is still far from what the original must shed is
+/// not run alone, and says why; an item with no estimate, or a large one, runs.
+#[test]
+fn a_module_that_saves_far_too_little_by_the_estimate_is_not_run() {
+    let gib = |g: f64| (g * (1u64 << 30) as f64) as u64;
+    let item = |id: &str, estimate: Option<f64>| ModuleItem {
+        label: id.into(),
+        ids: vec![id.into()],
+        estimated_saving: estimate.map(gib),
+    };
+    let space = Space {
+        modules: Modules {
+            items: vec![
+                item("big", Some(9.0)),
+                item("small", Some(1.0)),
+                item("unknown", None),
+            ],
+            ..precision_space().modules
+        },
+        fixes: vec![],
+        ..precision_space()
+    };
+    let opts = SearchOptions {
+        ceiling: Some(gib(23.7)),
+        fixes: false,
+        minimise: false,
+        probe_without_ceiling: true,
+        ..Default::default()
+    };
+    let mut ev = |_: &Event| {};
+    let d = diagnose(&mut Swaps, &mut ev, &TestClock::default(), &space, &opts);
+    let cost = |id: &str| d.module_costs.iter().find(|c| c.label == id).unwrap();
+    let ran = |id: &str| d.trials.iter().any(|t| t.candidate == cost(id).candidate);
+    assert!(cost("small").not_run.is_some(), "{:?}", cost("small"));
+    assert!(!ran("small"));
+    assert!(ran("big") && ran("unknown"));
+    assert_eq!(cost("big").measurement.outcome, Outcome::Fits);
+    assert!(
+        matches!(&d.modules, Some(ModulesVerdict::Culprits { items, .. }) if items == &["big"]),
+        "{:?}",
+        d.modules
+    );
 }

@@ -345,11 +345,11 @@ fn module_costs(d: &Diagnosis) -> String {
     });
     let mut s = "  each module swapped alone for identity:\n".to_string();
     for c in rows {
-        s += &format!(
-            "    {:<28} {}\n",
-            c.label,
-            super::outcome_cell(&c.measurement)
-        );
+        let cell = match &c.not_run {
+            Some(why) => format!("OOM    {why}"),
+            None => super::outcome_cell(&c.measurement),
+        };
+        s += &format!("    {:<28} {cell}\n", c.label);
     }
     s
 }
@@ -477,6 +477,7 @@ mod tests {
             ids: vec![label.into()],
             candidate: Candidate::original(),
             measurement,
+            not_run: None,
         }
     }
 

@@ -162,6 +162,7 @@ pub fn json(d: &Diagnosis, cx: &Context<'_>) -> Value {
                 "ids": c.ids,
                 "outcome": c.measurement.outcome,
                 "peak_bytes": c.measurement.peak_bytes,
+                "not_run": c.not_run,
             })).collect::<Vec<_>>(),
         },
         "fixes": d.fixes.iter().map(fix_json).collect::<Vec<_>>(),

@@ -155,7 +155,8 @@ fn phase_axis(config: &Config) -> Axis {
 }
 
 /// Module items: the model's swap groups (later blocks of each layer together, every head module),
-/// each with what swapping it saves by the estimate.
+/// each with what swapping it saves by the estimate (none where it adds: an identity in place of
+/// decoder.project passes all its input's channels on).
 fn module_items(config: &Config, arch: &Architecture) -> Modules {
     let peak = |c: &Config| Some(Architecture::new(c).ok()?.memory_estimate(c).peak.total());
     let whole = peak(config);

@@ -104,8 +104,8 @@ pub fn bisect_axis(
         return search.certified(s, last_fit, first_oom);
     }
     let mut predictor = Predictor::new(axis, opts);
-    let hi = match search.from_the_top(s, lo, hi, &mut predictor) {
-        FromTheTop::Fit(fit, top) => return search.narrowed(s, fit, top, &mut predictor),
+    let hi = match search.down_from_the_top(s, lo, hi, &mut predictor) {
+        FromTheTop::Fit(pair) => return search.narrowed(s, pair.0, pair.1, &mut predictor),
         FromTheTop::Oom(i) => i,
         FromTheTop::NotTried => hi,
     };
@@ -236,8 +236,9 @@ enum Ends {
 
 /// What probing the predicted last fit before the bottom found.
 enum FromTheTop {
-    /// It fits, and so does every value below it: the boundary lies between it and the top.
-    Fit(Probe, Probe),
+    /// It fits, and so does every value below it: the boundary lies between it and the top
+    /// (boxed: the other outcomes are an index or nothing).
+    Fit(Box<(Probe, Probe)>),
     /// It ran out of memory at this index: the boundary lies below it, and the bottom is checked.
     Oom(usize),
     /// No prediction from the top: the bottom is checked first.
@@ -499,7 +500,7 @@ impl Search<'_> {
     /// every value below fits (memory grows along the axis): the bottom never runs, one trial fewer
     /// on each axis whose prediction holds; the lowest out-of-memory is the new top, and the bottom
     /// is checked as it would have been.
-    fn from_the_top(
+    fn down_from_the_top(
         &self,
         s: &mut Searcher<'_>,
         lo: usize,
@@ -514,7 +515,7 @@ impl Search<'_> {
             let Some(i) = guess else { break };
             let p = self.probe_predicted(s, i, lo, top.index, predictor);
             match p.measurement.outcome {
-                Outcome::Fits => return FromTheTop::Fit(p, top),
+                Outcome::Fits => return FromTheTop::Fit(Box::new((p, top))),
                 Outcome::Oom => top = p,
                 // The search goes on from what it measured; the probe stays unmeasurable.
                 Outcome::Inconclusive => break,

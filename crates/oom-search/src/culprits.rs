@@ -66,10 +66,13 @@ impl Shed {
     fn too_little(&self, item: &ModuleItem) -> Option<String> {
         let saving = item.estimated_saving?;
         let slack = (SHED_SLACK * self.ceiling as f64) as u64;
+        let saves = match saving {
+            0 => "nothing".to_string(),
+            _ => format!("about {}", human(saving)),
+        };
         (ESTIMATE_FACTOR * saving + slack < self.bytes).then(|| {
             format!(
-                "not run: swapping it saves about {} by the estimate, {} must go",
-                human(saving),
+                "not run: swapping it saves {saves} by the estimate, {} must go",
                 human(self.bytes)
             )
         })
@@ -108,7 +111,7 @@ pub(crate) fn culprits(
         let verdict = ModulesVerdict::Culprits {
             items: vec![best.label.clone()],
             candidate: best.candidate.clone(),
-            measurement: best.measurement.clone(),
+            measurement: Box::new(best.measurement.clone()),
             // Swapping nothing is the original, which runs out of memory.
             one_minimal: true,
             also_alone: others.iter().map(|c| c.label.clone()).collect(),
@@ -154,7 +157,7 @@ fn reduce(s: &mut Searcher<'_>, modules: &Modules) -> ModulesVerdict {
     ModulesVerdict::Culprits {
         items: r.items.iter().map(|i| i.label.clone()).collect(),
         candidate,
-        measurement,
+        measurement: Box::new(measurement),
         one_minimal: r.one_minimal,
         also_alone: vec![],
     }

@@ -160,7 +160,8 @@ pub enum ModulesVerdict {
     Culprits {
         items: Vec<String>,
         candidate: Candidate,
-        measurement: Measurement,
+        /// Boxed: the other verdicts are a message.
+        measurement: Box<Measurement>,
         one_minimal: bool,
         /// Other items that make it fit when swapped alone (the culprit is the one with the lowest
         /// peak); empty when the culprits came from ddmin.

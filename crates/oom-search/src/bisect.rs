@@ -6,7 +6,9 @@ mod confirm;
 
 use crate::predict::{Predictor, PREDICTED_PROBES};
 use crate::searcher::Searcher;
-use crate::vocabulary::{Axis, AxisOptions, Candidate, Measurement, Outcome, Purpose, Tag};
+use crate::vocabulary::{
+    human_bytes, Axis, AxisOptions, Candidate, Measurement, Outcome, Purpose, Tag,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
@@ -766,8 +768,8 @@ fn under_ceiling(free: &Measurement, ceiling: u64) -> Measurement {
         (Outcome::Fits, Some(need)) if need > ceiling => {
             m.outcome = Outcome::Oom;
             m.note = format!(
-                "needs {:.2} GiB without the ceiling, more than it",
-                need as f64 / (1u64 << 30) as f64
+                "needs {} without the ceiling, more than it",
+                human_bytes(need)
             );
         }
         (Outcome::Fits, None) => {

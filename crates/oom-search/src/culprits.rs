@@ -4,7 +4,7 @@
 use crate::ddmin::{ddmin, DdTest};
 use crate::diagnosis::*;
 use crate::searcher::Searcher;
-use crate::vocabulary::{Candidate, Measurement, Outcome, Purpose};
+use crate::vocabulary::{human_bytes, Candidate, Measurement, Outcome, Purpose};
 
 /// Each module item swapped alone, all at once where trials can run at once: the forum thread's
 /// method ("swap a block for identity, see if it still OOMs"), done for every item that could make
@@ -68,23 +68,14 @@ impl Shed {
         let slack = (SHED_SLACK * self.ceiling as f64) as u64;
         let saves = match saving {
             0 => "nothing".to_string(),
-            _ => format!("about {}", human(saving)),
+            _ => format!("about {}", human_bytes(saving)),
         };
         (ESTIMATE_FACTOR * saving + slack < self.bytes).then(|| {
             format!(
                 "not run: swapping it saves {saves} by the estimate, {} must go",
-                human(self.bytes)
+                human_bytes(self.bytes)
             )
         })
-    }
-}
-
-/// `2.93 GiB`, or `3.1 MiB` below a GiB.
-fn human(bytes: u64) -> String {
-    let mib = bytes as f64 / f64::from(1 << 20);
-    match mib >= 1024.0 {
-        true => format!("{:.2} GiB", mib / 1024.0),
-        false => format!("{mib:.1} MiB"),
     }
 }
 

@@ -306,3 +306,13 @@ pub struct AxisOptions {
     /// of memory under the ceiling stops there without saying its need.
     pub probe_without_ceiling: bool,
 }
+
+/// Bytes as a note says them: `2.93 GiB`, or `3.1 MiB` below a GiB. (The report's own figures are
+/// the caller's to format; this is for the search's notes alone.)
+pub(crate) fn human_bytes(bytes: u64) -> String {
+    let mib = bytes as f64 / f64::from(1 << 20);
+    match mib >= 1024.0 {
+        true => format!("{:.2} GiB", mib / 1024.0),
+        false => format!("{mib:.1} MiB"),
+    }
+}

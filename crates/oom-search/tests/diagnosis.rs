@@ -72,12 +72,6 @@ impl Oracle for Workload {
     }
 }
 
-/// The identity list as the caller writes it.
-fn toml_list(ids: &[String]) -> String {
-    let list: Vec<String> = ids.iter().map(|i| format!("\"{i}\"")).collect();
-    format!("[{}]", list.join(", "))
-}
-
 fn space() -> Space {
     let batch = axis("batch", "data.batch", 8);
     let stride = Axis {
@@ -364,13 +358,7 @@ fn capacity_when_the_original_fits() {
         axes: vec![],
         capacity: vec![a],
         fixes: vec![],
-        modules: Modules {
-            key: "model.identity".into(),
-            encode: toml_list,
-            fixed: vec![],
-            items: vec![],
-            unswappable: String::new(),
-        },
+        modules: no_modules(),
     };
     let mut ev = |_: &Event| {};
     let opts = SearchOptions {
@@ -561,13 +549,7 @@ fn precision_space() -> Space {
             ),
             fix("mixed precision f16", "mixed-f16", None),
         ],
-        modules: Modules {
-            key: "model.identity".into(),
-            encode: toml_list,
-            fixed: vec![],
-            items: vec![],
-            unswappable: String::new(),
-        },
+        modules: no_modules(),
     }
 }
 
@@ -649,7 +631,7 @@ fn a_module_that_saves_far_too_little_by_the_estimate_is_not_run() {
                 item("small", Some(1.0)),
                 item("unknown", None),
             ],
-            ..precision_space().modules
+            ..no_modules()
         },
         fixes: vec![],
         ..precision_space()

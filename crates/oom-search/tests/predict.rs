@@ -462,6 +462,15 @@ impl Oracle for ForumDevice {
     }
 }
 
+/// The forum's batch axis: 1 to 4, configured 4.
+fn forum_batch_axis() -> Axis {
+    Axis {
+        tag: Tag::default(),
+        original: 3,
+        ..axis("batch", "data.batch", 4)
+    }
+}
+
 fn forum_size_axis() -> Axis {
     let value = |side: u64| AxisValue {
         value: format!("[{side}, {side}]"),
@@ -503,13 +512,7 @@ fn forum_space(axes: Vec<Axis>) -> Space {
         axes,
         capacity: vec![],
         fixes: vec![],
-        modules: Modules {
-            key: "model.identity".into(),
-            encode: |_| String::new(),
-            fixed: vec![],
-            items: vec![],
-            unswappable: String::new(),
-        },
+        modules: no_modules(),
     }
 }
 
@@ -731,11 +734,7 @@ const PLANE_FLOOR: f64 = 0.9;
 /// first, and where it fits, every value below it does; no axis runs its bottom (batch 1, 32²).
 #[test]
 fn the_axes_start_from_the_top_where_the_original_says_its_need() {
-    let batch_axis = Axis {
-        tag: Tag::default(),
-        original: 3,
-        ..axis("batch", "data.batch", 4)
-    };
+    let batch_axis = forum_batch_axis();
     let space = forum_space(vec![batch_axis, forum_size_axis()]);
     let opts = SearchOptions {
         minimise: false,
@@ -778,11 +777,7 @@ fn the_axes_start_from_the_top_where_the_original_says_its_need() {
 /// values until one fits, then closing the interval: 1-minimal on those values, in five trials.
 #[test]
 fn the_forum_minimal_configuration_lowers_the_size_at_the_batch_boundary() {
-    let batch_axis = Axis {
-        tag: Tag::default(),
-        original: 3,
-        ..axis("batch", "data.batch", 4)
-    };
+    let batch_axis = forum_batch_axis();
     let space = forum_space(vec![batch_axis, forum_size_axis()]);
     let mut ev = |_: &Event| {};
     let clock = TestClock::default();
@@ -855,11 +850,7 @@ impl Oracle for DetailPlane {
 /// diagnosis is the same whether the axes ran at once or in turn.
 #[test]
 fn the_diagnosis_is_the_same_with_the_axes_at_once() {
-    let batch_axis = Axis {
-        tag: Tag::default(),
-        original: 3,
-        ..axis("batch", "data.batch", 4)
-    };
+    let batch_axis = forum_batch_axis();
     let axes = vec![
         batch_axis,
         forum_size_axis(),

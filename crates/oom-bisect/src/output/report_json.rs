@@ -3,8 +3,8 @@
 
 use super::context::Context;
 use oom_search::{
-    AxisSearch, AxisVerdict, Diagnosis, FixResult, Minimal, ModulesVerdict, Neighbour, Outcome,
-    Probe,
+    AxisSearch, AxisVerdict, Diagnosis, FixResult, Measurement, Minimal, ModulesVerdict, Neighbour,
+    Outcome, Probe,
 };
 use serde_json::{json, Value};
 
@@ -75,19 +75,15 @@ fn minimal_json(m: &Minimal, cx: &Context<'_>) -> Value {
 
 /// A neighbour's own figures; one implied by a larger fit has none, and names that fit with its.
 fn neighbour_json(n: &Neighbour) -> Value {
-    let m = &n.measurement;
-    let figures = json!({"peak_bytes": m.peak_bytes, "need_bytes": m.need_bytes});
-    let (own, implied_by) = match &n.implied_by {
-        None => (figures, Value::Null),
-        Some(by) => (
-            json!({"peak_bytes": null, "need_bytes": null}),
-            json!({"candidate": by.to_sets(), "figures": figures}),
-        ),
-    };
+    let by = n
+        .implied_by
+        .as_ref()
+        .map(|c| ("candidate", json!(c.to_sets())));
+    let (own, implied_by) = own_or_implied(&n.measurement, by);
     json!({
         "change": n.change,
         "candidate": n.candidate.to_sets(),
-        "outcome": m.outcome,
+        "outcome": n.measurement.outcome,
         "peak_bytes": own["peak_bytes"],
         "need_bytes": own["need_bytes"],
         "implied_by": implied_by,
@@ -97,23 +93,29 @@ fn neighbour_json(n: &Neighbour) -> Value {
 /// A fix's own figures; one implied by a fix that holds at least as much has none, and names that
 /// fix with its.
 fn fix_json(f: &FixResult) -> Value {
-    let m = &f.measurement;
-    let figures = json!({"peak_bytes": m.peak_bytes, "need_bytes": m.need_bytes});
-    let (own, implied_by) = match &f.implied_by {
-        None => (figures, Value::Null),
-        Some(by) => (
-            json!({"peak_bytes": null, "need_bytes": null}),
-            json!({"change": by, "figures": figures}),
-        ),
-    };
+    let by = f.implied_by.as_ref().map(|c| ("change", json!(c)));
+    let (own, implied_by) = own_or_implied(&f.measurement, by);
     json!({
         "change": f.change,
         "candidate": f.candidate.to_sets(),
-        "outcome": m.outcome,
+        "outcome": f.measurement.outcome,
         "peak_bytes": own["peak_bytes"],
         "need_bytes": own["need_bytes"],
         "implied_by": implied_by,
     })
+}
+
+/// The figures of `m` as a result's own, or, where `by` (a key and the result that settles it)
+/// is given, none of its own and `{key: by, "figures": …}` as its `implied_by`.
+fn own_or_implied(m: &Measurement, by: Option<(&str, Value)>) -> (Value, Value) {
+    let figures = json!({"peak_bytes": m.peak_bytes, "need_bytes": m.need_bytes});
+    match by {
+        None => (figures, Value::Null),
+        Some((key, by)) => (
+            json!({"peak_bytes": null, "need_bytes": null}),
+            json!({key: by, "figures": figures}),
+        ),
+    }
 }
 
 pub fn json(d: &Diagnosis, cx: &Context<'_>) -> Value {
@@ -183,4 +185,25 @@ fn swapped_ids(c: &oom_search::Candidate, cx: &Context<'_>) -> Vec<String> {
     crate::candidate::resolve(cx.config, c)
         .map(|(config, _)| config.model.identity)
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A result settled by another has no figures of its own; that one is named under the key
+    /// given, with its figures.
+    #[test]
+    fn an_implied_result_names_what_settles_it() {
+        let mut m = Measurement::new(Outcome::Fits);
+        m.need_bytes = Some(7);
+        let (own, by) = own_or_implied(&m, None);
+        assert_eq!((own["need_bytes"].clone(), by), (json!(7), Value::Null));
+        let (own, by) = own_or_implied(&m, Some(("change", json!("pure f16"))));
+        assert_eq!(own["need_bytes"], Value::Null);
+        assert_eq!(
+            by,
+            json!({"change": "pure f16", "figures": {"peak_bytes": null, "need_bytes": 7}})
+        );
+    }
 }

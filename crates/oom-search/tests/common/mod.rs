@@ -164,3 +164,20 @@ pub fn under_24_gib(device: f64, live: f64, base: f64) -> Measurement {
     }
     m
 }
+
+/// No module items, ids written as a TOML list of strings: `["a", "b"]`.
+pub fn no_modules() -> Modules {
+    Modules {
+        key: "model.identity".into(),
+        encode: toml_list,
+        fixed: vec![],
+        items: vec![],
+        unswappable: String::new(),
+    }
+}
+
+/// The identity list as the caller writes it.
+pub fn toml_list(ids: &[String]) -> String {
+    let list: Vec<String> = ids.iter().map(|i| format!("\"{i}\"")).collect();
+    format!("[{}]", list.join(", "))
+}

@@ -21,12 +21,6 @@ fn index_on(axis: &Axis, c: &Candidate) -> usize {
 
 /// Lowers each axis of `cur` to the first value that still runs out of memory (in the context of the
 /// other axes as they are in `cur`), in turn, until none moves.
-///
-/// Each time the configuration moves, the first probe of every axis below it (one step lower) is
-/// started ahead, all at once, instead of one after the other as the axes come. Each is the probe
-/// the search asks for next on its axis unless an axis before it moves the configuration again
-/// (then it ran for nothing: on the forum one trial, the phase's first probe, against four rounds
-/// of waiting where there were six).
 fn shrink_axes(
     s: &mut Searcher<'_>,
     space: &Space,
@@ -37,7 +31,7 @@ fn shrink_axes(
     for pass in 0..3 {
         if pass > 0 {
             // A pass after one that moved an axis mostly confirms: its first probe on each axis,
-            // one step lower, is the passing neighbour the report shows.
+            // one step lower, is the passing neighbour the report shows. All at once.
             s.expect(&below(s, space, seen, &cur));
         }
         let mut changed = false;
@@ -50,7 +44,6 @@ fn shrink_axes(
             if f < i {
                 cur = axis.at(&cur, f);
                 changed = true;
-                s.expect(&below(s, space, seen, &cur));
             }
         }
         if !changed {

@@ -868,54 +868,6 @@ fn the_diagnosis_is_the_same_with_the_axes_at_once() {
     assert_eq!(in_turn.trials, at_once.trials);
 }
 
-/// [`DetailPlane`] in turn, writing down what it runs and what it is told to start ahead (sure).
-struct Hinted {
-    plane: DetailPlane,
-    log: Vec<String>,
-}
-
-impl Oracle for Hinted {
-    fn run(&mut self, c: &Candidate, attempt: u32) -> Measurement {
-        self.log.push(format!("run {c}"));
-        self.plane.run(c, attempt)
-    }
-
-    fn prefetch(&mut self, asks: &[(Candidate, u32)], sure: bool) {
-        for (c, _) in asks.iter().filter(|_| sure) {
-            self.log.push(format!("sure {c}"));
-        }
-    }
-}
-
-/// Once the minimal configuration moves to batch 3 (the batch axis's first out-of-memory), the
-/// first probe of each other axis there is started ahead, all at once, before the size axis's
-/// gallop waits on its own: the detail's probe does not wait for the size's.
-#[test]
-fn the_minimal_search_starts_every_axis_first_probe_at_once() {
-    let axes = vec![
-        forum_batch_axis(),
-        forum_size_axis(),
-        axis("detail", "model.detail", 2),
-    ];
-    let space = forum_space(axes);
-    let mut o = Hinted {
-        plane: DetailPlane { at_once: false },
-        log: vec![],
-    };
-    diagnose(
-        &mut o,
-        &mut |_| {},
-        &TestClock::default(),
-        &space,
-        &forum_options(true),
-    );
-    let at_b3 = |what: &str, probe: &str| format!("{what} data.batch=3 {probe}");
-    let position = |line: &str| o.log.iter().position(|l| l == line);
-    let size_run = position(&at_b3("run", "data.size=[992, 992]")).expect("the size's first probe");
-    let detail_ahead = position(&at_b3("sure", "model.detail=1"));
-    assert!(detail_ahead.is_some_and(|i| i < size_run), "{:#?}", o.log);
-}
-
 /// A size axis whose need is affine in the pixels (1 GiB at none, 32.4 GiB at 1024²) but whose
 /// trials report a floor of 0.5 GiB: the line from the top puts the last fit a step too high.
 struct UnderstatedFloor;

@@ -110,6 +110,8 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
         )
     });
     progress.watch_compiling(runner.kernel_cache.as_deref());
+    // Dropped after the pool (declared before it), whose trials take turns through them.
+    let _card_locks = crate::dispatch::CardLocks::of(&dispatch);
     let pool = Pool::new(
         dispatch.workers(&runner, serve.as_ref()),
         progress.workers_view(&dispatch),
@@ -361,7 +363,10 @@ fn report_run(run: &BisectRun) -> Result<i32> {
         notes: match st.device.engine {
             oom_trial::Engine::Exec { .. } => vec![],
             _ => refusals(&w.config, d),
-        },
+        }
+        .into_iter()
+        .chain(without_bf16(st.device.card, &d.fixes))
+        .collect(),
     };
     let text = report::text(d, &cx);
     show!("{text}");
@@ -410,6 +415,32 @@ fn refusals(base: &deeplab::Config, d: &oom_search::Diagnosis) -> Vec<String> {
         }
     }
     notes
+}
+
+/// The bf16 fixes that fit, where the ceiling is a card without bf16 arithmetic: they hold what
+/// they measured, but the card computes bf16 slowly, if at all.
+fn without_bf16(card: Option<&str>, fixes: &[oom_search::FixResult]) -> Option<String> {
+    let card = crate::gpus::by_name(card?).filter(|c| !c.has_bf16())?;
+    let bf16 = |f: &&oom_search::FixResult| {
+        f.measurement.outcome == Outcome::Fits
+            && f.candidate
+                .get("train.precision")
+                .is_some_and(|p| p.contains("bf16"))
+    };
+    let changes: Vec<&str> = fixes
+        .iter()
+        .filter(bf16)
+        .map(|f| f.change.as_str())
+        .collect();
+    (!changes.is_empty()).then(|| {
+        format!(
+            "{} fit{} the memory, but the {} has no bf16 arithmetic (it came with Ampere): it \
+             runs bf16 slowly, if at all; f16 holds as little",
+            changes.join(" and "),
+            if changes.len() == 1 { "s" } else { "" },
+            card.desc
+        )
+    })
 }
 
 /// The fitting configurations the report offers as answers: each axis's last fit, the fixes that
@@ -548,4 +579,38 @@ pub fn bench(args: &BenchArgs) -> Result<i32> {
     );
     show!("{}", run.steps.line(&run.pool));
     Ok(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use oom_search::{Candidate, FixResult, Measurement, Outcome, Tag};
+
+    fn fix(change: &str, precision: &str, outcome: Outcome) -> FixResult {
+        FixResult {
+            change: change.into(),
+            tag: Tag::default(),
+            candidate: Candidate::original().with("train.precision", precision),
+            measurement: Measurement::new(outcome),
+            implied_by: None,
+        }
+    }
+
+    /// On a T4 the bf16 fixes that fit are said to fit the memory only; on a 3090, or a ceiling
+    /// that is no card, nothing is said.
+    #[test]
+    fn a_bf16_fix_on_a_card_without_bf16_says_so() {
+        let fixes = [
+            fix("mixed precision bf16", "\"mixed-bf16\"", Outcome::Fits),
+            fix("pure bf16", "\"bf16\"", Outcome::Oom),
+            fix("mixed precision f16", "\"mixed-f16\"", Outcome::Fits),
+        ];
+        let note = super::without_bf16(Some("t4"), &fixes).unwrap();
+        assert!(
+            note.starts_with("mixed precision bf16 fits the memory, but the NVIDIA T4 16 GB has"),
+            "{note}"
+        );
+        assert!(!note.contains("pure bf16"), "{note}");
+        assert_eq!(super::without_bf16(Some("rtx3090"), &fixes), None);
+        assert_eq!(super::without_bf16(None, &fixes), None);
+    }
 }

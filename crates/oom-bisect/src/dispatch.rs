@@ -273,6 +273,36 @@ fn room_for_idle(frees: &[u64], counts: &[usize], ceiling: u64) -> bool {
     })
 }
 
+/// The lock files of the cards workers share ([`set_card_locks`]), removed when this is dropped:
+/// made to outlive the pool whose trials take turns through them.
+#[derive(Debug)]
+pub struct CardLocks(Vec<std::path::PathBuf>);
+
+impl CardLocks {
+    /// Each shared card's lock file and its gate (`oom_trial::protocol`), once.
+    pub fn of(d: &Dispatch) -> CardLocks {
+        let mut files = vec![];
+        let locks = d.slots.iter().flat_map(|s| &s.env);
+        for (_, v) in locks.filter(|(k, _)| k == oom_trial::CARD_LOCK_ENV) {
+            let lock = std::path::PathBuf::from(v);
+            if !files.contains(&lock) {
+                files.push(lock.with_extension("gate"));
+                files.push(lock);
+            }
+        }
+        CardLocks(files)
+    }
+}
+
+impl Drop for CardLocks {
+    fn drop(&mut self) {
+        for f in &self.0 {
+            // A card no trial took a turn on has no file.
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
 /// On a card that several workers share, the lock file through which their trials take turns
 /// ([`oom_trial::CARD_LOCK_ENV`]): one per card and per diagnosis, in the temporary directory.
 fn set_card_locks(slots: &mut [Slot], picked: &[(usize, String)]) {
@@ -408,7 +438,7 @@ mod tests {
     }
 
     /// Workers that share a card take turns through one lock file; a worker alone on its card
-    /// has none (its trials have the card).
+    /// has none (its trials have the card). The diagnosis removes the files at its end.
     #[test]
     fn workers_on_a_shared_card_share_its_lock() {
         let picked = vec![(0, "GPU-aaa".into()), (1, "GPU-bbb".into())];
@@ -425,6 +455,21 @@ mod tests {
         assert_eq!(locks[0], locks[3]);
         assert!(locks[0].as_ref().is_some_and(|p| p.ends_with("gpu0.lock")));
         assert_eq!(locks[1], None);
+        // Once the diagnosis ends, the lock and its gate leave the temporary directory.
+        let d = Dispatch {
+            slots,
+            launcher: vec![],
+            guesses: false,
+            spares: false,
+        };
+        let files = CardLocks::of(&d);
+        assert_eq!(files.0.len(), 2, "{files:?}");
+        for f in &files.0 {
+            std::fs::write(f, "").unwrap();
+        }
+        let kept = files.0.clone();
+        drop(files);
+        assert!(kept.iter().all(|f| !f.exists()), "{kept:?}");
     }
 
     #[test]

@@ -239,10 +239,25 @@ fn norm(s: &str) -> String {
 
 /// The named card's ceiling in bytes, and its description.
 pub fn lookup(name: &str) -> Option<(u64, &'static str)> {
+    by_name(name).map(|c| (c.bytes(), c.desc))
+}
+
+/// The card `--gpu` knows by this name or alias.
+pub fn by_name(name: &str) -> Option<&'static Card> {
     let n = norm(name);
     GPUS.iter()
         .find(|c| c.name == n || c.aliases.contains(&n.as_str()))
-        .map(|c| (c.bytes(), c.desc))
+}
+
+/// The cards without bf16 arithmetic: it came with Ampere (compute capability 8.0); Volta (the
+/// V100, 7.0) and Turing (the T4, 7.5) run bf16 by emulation, if at all, far slower than f16.
+const NO_BF16: &[&str] = &["t4", "v100-16", "v100-32"];
+
+impl Card {
+    /// Whether the card computes in bf16 ([`NO_BF16`]).
+    pub fn has_bf16(&self) -> bool {
+        !NO_BF16.contains(&self.name)
+    }
 }
 
 /// `--gpu help`: every card, its ceiling, and where that figure comes from.
@@ -312,6 +327,15 @@ mod tests {
             );
             assert!(c.bytes() <= (c.box_gib as u64) << 30, "{}", c.name);
         }
+    }
+
+    #[test]
+    fn bf16_arithmetic_from_ampere_on() {
+        let has = |n: &str| super::by_name(n).unwrap().has_bf16();
+        assert!(!has("t4") && !has("v100") && !has("v100-32"));
+        assert!(has("rtx3090") && has("a100") && has("h200"));
+        // Every card without it is a card `--gpu` knows.
+        assert!(super::NO_BF16.iter().all(|n| super::by_name(n).is_some()));
     }
 
     #[test]

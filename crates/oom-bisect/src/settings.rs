@@ -73,6 +73,8 @@ pub struct DeviceSettings {
     pub ceiling_bytes: Option<u64>,
     /// How the ceiling was given, for the report and the "Reproduce with" line.
     pub ceiling_arg: Option<String>,
+    /// The card the ceiling is (`--gpu`, `device.gpu`): `gpus::by_name` knows what it computes in.
+    pub card: Option<&'static str>,
     pub device_name: Option<String>,
     pub trial_timeout: Duration,
     /// What answers trials: training, or the estimate (`--fake-trials`, for tests).
@@ -100,14 +102,19 @@ impl DeviceSettings {
         let mut notes = vec![];
         let (backend, device_name) = resolve_backend(args, config, &engine, &mut notes)?;
         let (ceiling, given) = choose_ceiling(&args.ceiling, config)?;
-        if let (Ceiling::Bytes(b), Some((CeilingKind::Limit, arg))) = (ceiling, &given) {
-            notes.extend(gpus::decimal_warning(arg, b));
+        let kind = given.as_ref().map(|g| g.kind);
+        if let (Ceiling::Bytes(b), Some(g)) = (ceiling, &given) {
+            if matches!(g.kind, CeilingKind::Limit) {
+                notes.extend(gpus::decimal_warning(&g.arg, b));
+            }
         }
-        let card = matches!(given, Some((CeilingKind::Gpu, _)));
-        let ceiling_arg = given.map(|(_, arg)| arg);
+        let card = matches!(kind, Some(CeilingKind::Gpu))
+            .then(|| given.as_ref().and_then(|g| gpus::by_name(&g.value)))
+            .flatten();
+        let ceiling_arg = given.map(|g| g.arg);
         let (ceiling, ceiling_bytes) = check_ceiling(
             ceiling,
-            card,
+            card.is_some(),
             backend,
             &engine,
             device_name.as_deref(),
@@ -126,6 +133,7 @@ impl DeviceSettings {
             ceiling,
             ceiling_bytes,
             ceiling_arg,
+            card: card.map(|c| c.name),
             device_name,
             trial_timeout: Duration::from_secs(args.trial_timeout.max(1)),
             ceiling_by,

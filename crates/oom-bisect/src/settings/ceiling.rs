@@ -9,6 +9,13 @@ use deeplab::config::MemoryModel;
 use deeplab::Config;
 use oom_trial::{fmt_bytes, parse_size, BackendKind, Ceiling, CeilingBy, Engine};
 
+/// A ceiling the user gave: how, its value as written, and the flag that gives it again.
+pub(super) struct Given {
+    pub kind: CeilingKind,
+    pub value: String,
+    pub arg: String,
+}
+
 /// The three ways to give a ceiling, with their flag and their config key.
 #[derive(Clone, Copy)]
 pub(super) enum CeilingKind {
@@ -58,8 +65,8 @@ pub fn check_device_section(
 ) -> Result<(Ceiling, Vec<String>)> {
     let (ceiling, given) = choose_ceiling(flags, config)?;
     let notes = match (ceiling, &given) {
-        (Ceiling::Bytes(b), Some((CeilingKind::Limit, arg))) => {
-            gpus::decimal_warning(arg, b).into_iter().collect()
+        (Ceiling::Bytes(b), Some(g)) if matches!(g.kind, CeilingKind::Limit) => {
+            gpus::decimal_warning(&g.arg, b).into_iter().collect()
         }
         _ => vec![],
     };
@@ -71,7 +78,7 @@ pub fn check_device_section(
 pub(super) fn choose_ceiling(
     args: &CeilingArgs,
     config: &Config,
-) -> Result<(Ceiling, Option<(CeilingKind, String)>)> {
+) -> Result<(Ceiling, Option<Given>)> {
     let given = |from: usize| -> Vec<(CeilingKind, String, &'static str)> {
         CeilingKind::ALL
             .into_iter()
@@ -99,7 +106,8 @@ pub(super) fn choose_ceiling(
         Some((kind, value, name)) => {
             let c = parse_ceiling(kind, &value, name)?;
             let word = crate::output::shell_word(&value);
-            Ok((c, Some((kind, format!("{} {word}", kind.flag())))))
+            let arg = format!("{} {word}", kind.flag());
+            Ok((c, Some(Given { kind, value, arg })))
         }
     }
 }

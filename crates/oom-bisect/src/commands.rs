@@ -592,6 +592,7 @@ mod tests {
             candidate: Candidate::original().with("train.precision", precision),
             measurement: Measurement::new(outcome),
             implied_by: None,
+            not_run: None,
         }
     }
 

@@ -16,7 +16,8 @@ fn module_costs(
 ) -> Vec<ModuleCost> {
     let base = Candidate::original();
     let alone = |i: &ModuleItem| modules.candidate(&base, std::slice::from_ref(i));
-    let bound = |i: &ModuleItem| must_shed.and_then(|m| m.too_little(i));
+    let bound =
+        |i: &ModuleItem| must_shed.and_then(|m| m.too_little(i.estimated_saving, "swapping it"));
     let run: Vec<Candidate> = (modules.items.iter())
         .filter(|i| bound(i).is_none())
         .map(alone)
@@ -26,11 +27,7 @@ fn module_costs(
         let candidate = alone(item);
         let not_run = bound(item);
         let measurement = match &not_run {
-            Some(why) => {
-                let mut m = Measurement::new(Outcome::Oom);
-                m.note = why.clone();
-                m
-            }
+            Some(why) => Shed::not_measured(why),
             None => s.measure(&candidate, Purpose::Modules),
         };
         ModuleCost {
@@ -51,7 +48,7 @@ pub(crate) struct Shed {
     pub(crate) ceiling: u64,
 }
 
-/// How far an item's estimated saving may be off: it is not run alone only where twice its
+/// How far an item's (or a fix's) estimated saving may be off: it is not run only where twice its
 /// saving, plus [`SHED_SLACK`] of the ceiling, still leaves the original over it. The estimate
 /// errs by a share (the forum's backbone.layer3.1-22: 16.68 GiB estimated, 16.69 measured; the
 /// quickstart's items measure at most 1.4 times their estimate, a few MiB of segments aside).
@@ -62,9 +59,10 @@ const ESTIMATE_FACTOR: u64 = 2;
 const SHED_SLACK: f64 = 0.02;
 
 impl Shed {
-    /// Why `item` alone cannot make the original fit, where its estimated saving says so.
-    fn too_little(&self, item: &ModuleItem) -> Option<String> {
-        let saving = item.estimated_saving?;
+    /// Why a change (`what`: "swapping it") whose estimated saving is `saving` cannot make the
+    /// original fit, where that saving says so.
+    pub(crate) fn too_little(&self, saving: Option<u64>, what: &str) -> Option<String> {
+        let saving = saving?;
         let slack = (SHED_SLACK * self.ceiling as f64) as u64;
         let saves = match saving {
             0 => "nothing".to_string(),
@@ -72,10 +70,17 @@ impl Shed {
         };
         (ESTIMATE_FACTOR * saving + slack < self.bytes).then(|| {
             format!(
-                "not run: swapping it saves {saves} by the estimate, {} must go",
+                "not run: {what} saves {saves} by the estimate, {} must go",
                 human_bytes(self.bytes)
             )
         })
+    }
+
+    /// The out-of-memory a change not run stands for, with why it was not run.
+    pub(crate) fn not_measured(why: &str) -> Measurement {
+        let mut m = Measurement::new(Outcome::Oom);
+        m.note = why.to_string();
+        m
     }
 }
 

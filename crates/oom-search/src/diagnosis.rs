@@ -20,6 +20,10 @@ pub struct Fix {
     /// one, and it is not run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub covered_by: Option<String>,
+    /// What the fix saves by the model's estimate, where it has one: a fix that saves far too
+    /// little to make the original fit is not run (as a module item, [`ModuleItem`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_saving: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -34,6 +38,10 @@ pub struct FixResult {
     /// The fix whose fit settles this one (its [`Fix::covered_by`]): not run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub implied_by: Option<String>,
+    /// Why it was not run, where its estimated saving falls far short of what the original must
+    /// shed; its measurement is then an out-of-memory no trial measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_run: Option<String>,
 }
 
 /// A group of module ids swapped for identity together; one item of ddmin.

@@ -75,8 +75,10 @@ fn oom_fan_out(space: &Space, opts: &SearchOptions) -> Vec<Candidate> {
             .map(|a| a.at(&base, 0)),
     );
     if opts.fixes {
+        // A fix with an estimated saving may be ruled out once the original's need is known.
+        let bounded = |f: &Fix| f.estimated_saving.is_some() && need_first(opts);
         let uncovered = space.fixes.iter().filter(|f| f.covered_by.is_none());
-        out.extend(uncovered.map(fix_candidate));
+        out.extend(uncovered.filter(|f| !bounded(f)).map(fix_candidate));
     }
     if opts.modules {
         // An item with an estimated saving may be ruled out once the original's need is known.
@@ -167,6 +169,13 @@ fn explain_oom(s: &mut Searcher<'_>, space: &Space, opts: &SearchOptions, d: &mu
         // The axes' probes run without the ceiling: the original's need, measured first, draws
         // their first lines (each axis's top is the original).
         d.need = Some(s.measure(&Candidate::original().without_ceiling(), Purpose::Need));
+        if opts.fixes && need_first(opts) {
+            // The fixes the need does not rule out start now, beside the axes.
+            let shed = must_shed(d, opts);
+            let run = (space.fixes.iter())
+                .filter(|f| f.covered_by.is_none() && fix_bound(f, shed).is_none());
+            s.expect(&run.map(fix_candidate).collect::<Vec<_>>());
+        }
     }
     let (axes, early_minimal) = search_axes(s, space, opts);
     d.axes = axes;
@@ -179,7 +188,7 @@ fn explain_oom(s: &mut Searcher<'_>, space: &Space, opts: &SearchOptions, d: &mu
         s.event(Event::Step {
             name: "fixes".into(),
         });
-        d.fixes = fixes(s, space, &d.axes, opts);
+        d.fixes = fixes(s, space, &d.axes, opts, must_shed(d, opts));
     }
     if opts.modules && !space.modules.items.is_empty() {
         s.event(Event::Step {
@@ -290,6 +299,7 @@ fn fixes(
     space: &Space,
     axes: &[AxisSearch],
     opts: &SearchOptions,
+    shed: Option<Shed>,
 ) -> Vec<FixResult> {
     let covered = |f: &&Fix| f.covered_by.is_some();
     let in_turn =
@@ -299,22 +309,25 @@ fn fixes(
         let c = fix_candidate(fix);
         let by = fix.covered_by.as_ref();
         let settled_by = by.and_then(|by| out.iter().find(|r| &r.change == by));
-        let (measurement, implied_by) =
-            match settled_by.filter(|r| fits_apart(&r.measurement, opts)) {
-                Some(r) => (r.measurement.clone(), Some(r.change.clone())),
-                None => {
-                    let purpose = Purpose::Fix {
-                        change: fix.change.clone(),
-                    };
-                    (s.measure(&c, purpose), None)
-                }
-            };
+        let settled_by = settled_by.filter(|r| fits_apart(&r.measurement, opts));
+        let not_run = fix_bound(fix, shed).filter(|_| settled_by.is_none());
+        let (measurement, implied_by) = match (settled_by, &not_run) {
+            (Some(r), _) => (r.measurement.clone(), Some(r.change.clone())),
+            (None, Some(why)) => (Shed::not_measured(why), None),
+            (None, None) => {
+                let purpose = Purpose::Fix {
+                    change: fix.change.clone(),
+                };
+                (s.measure(&c, purpose), None)
+            }
+        };
         out.push(FixResult {
             change: fix.change.clone(),
             tag: fix.tag,
             candidate: c,
             measurement,
             implied_by,
+            not_run,
         });
     }
     // Least change to the training first, as the space lists them.
@@ -330,10 +343,16 @@ fn fixes(
                 candidate: last_fit.candidate.clone(),
                 measurement: last_fit.measurement.clone(),
                 implied_by: None,
+                not_run: None,
             });
         }
     }
     out
+}
+
+/// Why `fix` is not run: its estimated saving falls far short of what the original must shed.
+fn fix_bound(fix: &Fix, shed: Option<Shed>) -> Option<String> {
+    shed?.too_little(fix.estimated_saving, "it")
 }
 
 /// Whether `m` fits with its need outside the re-run margin of the ceiling: a fit another fix's

@@ -99,6 +99,7 @@ fn space() -> Space {
             change: "output stride 16".into(),
             sets: vec![("model.output_stride".into(), "16".into())],
             covered_by: None,
+            estimated_saving: None,
         }],
         modules: Modules {
             key: "model.identity".into(),
@@ -537,6 +538,7 @@ fn precision_space() -> Space {
         change: change.into(),
         sets: vec![("train.precision".into(), value.into())],
         covered_by: covered_by.map(String::from),
+        estimated_saving: None,
     };
     Space {
         axes: vec![],
@@ -656,4 +658,54 @@ fn a_module_that_saves_far_too_little_by_the_estimate_is_not_run() {
         "{:?}",
         d.modules
     );
+}
+
+/// A fix whose estimated saving, doubled, is still far from what the original must shed is not
+/// run, and says why (the summary's "ruled out" names it as not run); one with no estimate, or a
+/// large one, runs. ([`Swaps`]: each fix here swaps one of its modules.)
+#[test]
+fn a_fix_that_saves_far_too_little_by_the_estimate_is_not_run() {
+    let gib = |g: f64| (g * (1u64 << 30) as f64) as u64;
+    let fix = |id: &str, estimate: Option<f64>| Fix {
+        tag: Tag::default(),
+        change: format!("without {id}"),
+        sets: vec![("model.identity".into(), format!("[\"{id}\"]"))],
+        covered_by: None,
+        estimated_saving: estimate.map(gib),
+    };
+    let space = Space {
+        fixes: vec![
+            fix("big", Some(9.0)),
+            fix("small", Some(1.0)),
+            fix("unknown", None),
+        ],
+        ..precision_space()
+    };
+    let opts = SearchOptions {
+        ceiling: Some(gib(23.7)),
+        modules: false,
+        minimise: false,
+        probe_without_ceiling: true,
+        ..Default::default()
+    };
+    let mut ev = |_: &Event| {};
+    let d = diagnose(&mut Swaps, &mut ev, &TestClock::default(), &space, &opts);
+    let result = |id: &str| {
+        let change = format!("without {id}");
+        d.fixes.iter().find(|f| f.change == change).unwrap()
+    };
+    let ran = |id: &str| d.trials.iter().any(|t| t.candidate == result(id).candidate);
+    let small = result("small");
+    assert!(
+        small
+            .not_run
+            .as_deref()
+            .is_some_and(|w| w.contains("6.30 GiB must go")),
+        "{small:?}"
+    );
+    assert_eq!(small.measurement.outcome, Outcome::Oom);
+    assert!(!ran("small"));
+    assert!(ran("big") && ran("unknown"));
+    assert_eq!(result("big").measurement.outcome, Outcome::Fits);
+    assert_eq!(result("unknown").measurement.outcome, Outcome::Oom);
 }

@@ -341,7 +341,13 @@ fn suspects(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
         .iter()
         .filter(|f| f.measurement.outcome == Outcome::Oom)
     {
-        ruled_out.push(format!("{} (still runs out of memory)", f.change));
+        ruled_out.push(match &f.not_run {
+            Some(_) => format!(
+                "{} (saves far too little by the estimate; not run)",
+                f.change
+            ),
+            None => format!("{} (still runs out of memory)", f.change),
+        });
     }
     let mut out = vec![];
     if !causes.is_empty() {
@@ -400,6 +406,7 @@ mod tests {
             candidate: Candidate::original(),
             measurement,
             implied_by: None,
+            not_run: None,
         }
     }
 

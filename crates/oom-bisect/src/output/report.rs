@@ -367,10 +367,11 @@ fn fixes(d: &Diagnosis, cx: &Context<'_>) -> String {
         Outcome::Inconclusive => 2,
     });
     for f in fixes {
-        let cell = match (&f.implied_by, super::figure(&f.measurement)) {
-            (Some(by), Some(figure)) => {
+        let cell = match (&f.implied_by, super::figure(&f.measurement), &f.not_run) {
+            (Some(by), Some(figure), _) => {
                 format!("fits   as {by} does ({figure}), which holds at least as much")
             }
+            (_, _, Some(why)) => format!("OOM    {why}"),
             _ => super::outcome_cell(&f.measurement),
         };
         s += &format!("  {:<40} {cell}\n", f.change);

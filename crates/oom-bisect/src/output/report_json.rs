@@ -102,6 +102,7 @@ fn fix_json(f: &FixResult) -> Value {
         "peak_bytes": own["peak_bytes"],
         "need_bytes": own["need_bytes"],
         "implied_by": implied_by,
+        "not_run": f.not_run,
     })
 }
 

@@ -232,6 +232,15 @@ impl FixKind {
         }
     }
 
+    /// Whether its first trial compiles kernels no other step's trials do: a precision's (40-80 s
+    /// on a cold kernel cache, the longest wait of a cold run).
+    pub fn compiles_its_own(self) -> bool {
+        matches!(
+            self,
+            FixKind::MixedBf16 | FixKind::MixedF16 | FixKind::PureBf16 | FixKind::PureF16
+        )
+    }
+
     /// Whether it is a change of `config` at all (f16 is no fix of an f16 run).
     pub fn applies(self, c: &Config) -> bool {
         let swapped = |id: &str| c.model.identity.iter().any(|i| i == id);

@@ -198,6 +198,7 @@ fn fixes(config: &Config) -> Vec<Fix> {
                 change: k.label().into(),
                 tag: k.tag(),
                 estimated_saving: changed.and_then(|c| estimated_saving(config, &c)),
+                early: k.compiles_its_own(),
                 sets,
                 covered_by: (k.covered_by())
                     .filter(|c| c.applies(config))

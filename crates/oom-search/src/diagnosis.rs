@@ -24,6 +24,10 @@ pub struct Fix {
     /// little to make the original fit is not run (as a module item, [`ModuleItem`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimated_saving: Option<u64>,
+    /// Started with the first trials whatever the need: its first trial compiles kernels of its
+    /// own, which on a cold kernel cache is the longest wait of a run.
+    #[serde(default)]
+    pub early: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

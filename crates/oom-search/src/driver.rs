@@ -75,8 +75,9 @@ fn oom_fan_out(space: &Space, opts: &SearchOptions) -> Vec<Candidate> {
             .map(|a| a.at(&base, 0)),
     );
     if opts.fixes {
-        // A fix with an estimated saving may be ruled out once the original's need is known.
-        let bounded = |f: &Fix| f.estimated_saving.is_some() && need_first(opts);
+        // A fix with an estimated saving may be ruled out once the original's need is known; one
+        // that compiles kernels of its own starts now all the same.
+        let bounded = |f: &Fix| f.estimated_saving.is_some() && need_first(opts) && !f.early;
         let uncovered = space.fixes.iter().filter(|f| f.covered_by.is_none());
         out.extend(uncovered.filter(|f| !bounded(f)).map(fix_candidate));
     }
@@ -173,7 +174,7 @@ fn explain_oom(s: &mut Searcher<'_>, space: &Space, opts: &SearchOptions, d: &mu
             // The fixes the need does not rule out start now, beside the axes.
             let shed = must_shed(d, opts);
             let run = (space.fixes.iter())
-                .filter(|f| f.covered_by.is_none() && fix_bound(f, shed).is_none());
+                .filter(|f| f.covered_by.is_none() && !f.early && fix_bound(f, shed).is_none());
             s.expect(&run.map(fix_candidate).collect::<Vec<_>>());
         }
     }

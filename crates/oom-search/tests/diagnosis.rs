@@ -100,6 +100,7 @@ fn space() -> Space {
             sets: vec![("model.output_stride".into(), "16".into())],
             covered_by: None,
             estimated_saving: None,
+            early: false,
         }],
         modules: Modules {
             key: "model.identity".into(),
@@ -539,6 +540,7 @@ fn precision_space() -> Space {
         sets: vec![("train.precision".into(), value.into())],
         covered_by: covered_by.map(String::from),
         estimated_saving: None,
+        early: true,
     };
     Space {
         axes: vec![],
@@ -672,6 +674,7 @@ fn a_fix_that_saves_far_too_little_by_the_estimate_is_not_run() {
         sets: vec![("model.identity".into(), format!("[\"{id}\"]"))],
         covered_by: None,
         estimated_saving: estimate.map(gib),
+        early: false,
     };
     let space = Space {
         fixes: vec![
@@ -708,4 +711,63 @@ fn a_fix_that_saves_far_too_little_by_the_estimate_is_not_run() {
     assert!(ran("big") && ran("unknown"));
     assert_eq!(result("big").measurement.outcome, Outcome::Fits);
     assert_eq!(result("unknown").measurement.outcome, Outcome::Oom);
+}
+
+/// [`Swaps`], writing down what it runs and what it is told to start ahead (sure).
+#[derive(Default)]
+struct SwapsTold {
+    log: Vec<String>,
+}
+
+impl Oracle for SwapsTold {
+    fn run(&mut self, c: &Candidate, attempt: u32) -> Measurement {
+        self.log.push(format!("run {c}"));
+        Swaps.run(c, attempt)
+    }
+
+    fn prefetch(&mut self, asks: &[(Candidate, u32)], sure: bool) {
+        for (c, _) in asks.iter().filter(|_| sure) {
+            self.log.push(format!("ahead {c}"));
+        }
+    }
+}
+
+/// A fix that compiles kernels of its own (a precision) starts with the first trials; one the
+/// original's need may rule out waits for the need, then starts at once if it is kept, and never
+/// if it is not.
+#[test]
+fn fixes_the_need_may_rule_out_start_after_it() {
+    let gib = |g: f64| (g * (1u64 << 30) as f64) as u64;
+    let fix = |change: &str, key: &str, value: &str, saving: f64, early: bool| Fix {
+        tag: Tag::default(),
+        change: change.into(),
+        sets: vec![(key.into(), value.into())],
+        covered_by: None,
+        estimated_saving: Some(gib(saving)),
+        early,
+    };
+    let space = Space {
+        fixes: vec![
+            fix("pure f16", "train.precision", "\"f16\"", 15.0, true),
+            fix("without big", "model.identity", "[\"big\"]", 9.0, false),
+            fix("without small", "model.identity", "[\"small\"]", 1.0, false),
+        ],
+        ..precision_space()
+    };
+    let opts = SearchOptions {
+        ceiling: Some(gib(23.7)),
+        modules: false,
+        minimise: false,
+        probe_without_ceiling: true,
+        ..Default::default()
+    };
+    let mut o = SwapsTold::default();
+    diagnose(&mut o, &mut |_| {}, &TestClock::default(), &space, &opts);
+    let at = |line: &str| o.log.iter().position(|l| l == line);
+    let need = at("run original without the ceiling").expect("the need");
+    let f16 = at("ahead train.precision=\"f16\"");
+    let big = at("ahead model.identity=[\"big\"]");
+    assert!(f16.is_some_and(|i| i < need), "{:#?}", o.log);
+    assert!(big.is_some_and(|i| i > need), "{:#?}", o.log);
+    assert!(!o.log.iter().any(|l| l.contains("small")), "{:#?}", o.log);
 }

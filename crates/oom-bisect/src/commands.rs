@@ -89,7 +89,7 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     say(&st.device.notes, st.quiet);
     let w = &st.workload;
     check_bisect_outputs(&st)?;
-    let journal = open_journal(&st)?;
+    let journal = Arc::new(Mutex::new(open_journal(&st)?));
     let space = space::build(&w.config, &st.steps);
     if let (Some(line), false) = (dispatch.describe(), st.quiet) {
         tell!("oom-bisect: {line}");
@@ -99,7 +99,6 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
         &dispatch,
         oom_search::expected_trials(&space, &st.search),
     );
-    let journal = Arc::new(Mutex::new(journal));
     let journal_seen = Arc::clone(&journal);
     let runner = runner(&st.device);
     // A served worker with a spare starts its command ahead, for the original's ceiling.
@@ -110,8 +109,7 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
         )
     });
     progress.watch_compiling(runner.kernel_cache.as_deref());
-    // Dropped after the pool (declared before it), whose trials take turns through them.
-    let _card_locks = crate::dispatch::CardLocks::of(&dispatch);
+    let _card_locks = crate::dispatch::CardLocks::of(&dispatch); // dropped after the pool
     let pool = Pool::new(
         dispatch.workers(&runner, serve.as_ref()),
         progress.workers_view(&dispatch),
@@ -359,14 +357,7 @@ fn report_run(run: &BisectRun) -> Result<i32> {
         served: run.reports.values().any(|r| r.served),
         verbose: st.verbose,
         ceiling: run.ceiling,
-        // Under --exec the trials are PyTorch's own: what fits there, PyTorch trained.
-        notes: match st.device.engine {
-            oom_trial::Engine::Exec { .. } => vec![],
-            _ => refusals(&w.config, d),
-        }
-        .into_iter()
-        .chain(without_bf16(st.device.card, &d.fixes))
-        .collect(),
+        notes: notes(st, d),
     };
     let text = report::text(d, &cx);
     show!("{text}");
@@ -414,6 +405,18 @@ fn refusals(base: &deeplab::Config, d: &oom_search::Diagnosis) -> Vec<String> {
             }
         }
     }
+    notes
+}
+
+/// What the report notes under its header: configurations it offers that PyTorch refuses (not
+/// under --exec, whose trials are PyTorch's own: what fits there, PyTorch trained), and bf16 fixes
+/// on a card without bf16.
+fn notes(st: &BisectSettings, d: &oom_search::Diagnosis) -> Vec<String> {
+    let mut notes = match st.device.engine {
+        oom_trial::Engine::Exec { .. } => vec![],
+        _ => refusals(&st.workload.config, d),
+    };
+    notes.extend(without_bf16(st.device.card, &d.fixes));
     notes
 }
 

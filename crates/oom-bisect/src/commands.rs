@@ -426,9 +426,7 @@ fn without_bf16(card: Option<&str>, fixes: &[oom_search::FixResult]) -> Option<S
     let card = crate::gpus::by_name(card?).filter(|c| !c.has_bf16())?;
     let bf16 = |f: &&oom_search::FixResult| {
         f.measurement.outcome == Outcome::Fits
-            && f.candidate
-                .get("train.precision")
-                .is_some_and(|p| p.contains("bf16"))
+            && crate::kinds::FixKind::of(f.tag).is_some_and(crate::kinds::FixKind::is_bf16)
     };
     let changes: Vec<&str> = fixes
         .iter()
@@ -586,13 +584,14 @@ pub fn bench(args: &BenchArgs) -> Result<i32> {
 
 #[cfg(test)]
 mod tests {
-    use oom_search::{Candidate, FixResult, Measurement, Outcome, Tag};
+    use crate::kinds::FixKind;
+    use oom_search::{FixResult, Measurement, Outcome};
 
-    fn fix(change: &str, precision: &str, outcome: Outcome) -> FixResult {
+    fn fix(kind: FixKind, outcome: Outcome) -> FixResult {
         FixResult {
-            change: change.into(),
-            tag: Tag::default(),
-            candidate: Candidate::original().with("train.precision", precision),
+            change: kind.label().into(),
+            tag: kind.tag(),
+            candidate: oom_search::Candidate::original(),
             measurement: Measurement::new(outcome),
             implied_by: None,
             not_run: None,
@@ -604,9 +603,9 @@ mod tests {
     #[test]
     fn a_bf16_fix_on_a_card_without_bf16_says_so() {
         let fixes = [
-            fix("mixed precision bf16", "\"mixed-bf16\"", Outcome::Fits),
-            fix("pure bf16", "\"bf16\"", Outcome::Oom),
-            fix("mixed precision f16", "\"mixed-f16\"", Outcome::Fits),
+            fix(FixKind::MixedBf16, Outcome::Fits),
+            fix(FixKind::PureBf16, Outcome::Oom),
+            fix(FixKind::MixedF16, Outcome::Fits),
         ];
         let note = super::without_bf16(Some("t4"), &fixes).unwrap();
         assert!(

@@ -241,6 +241,11 @@ impl FixKind {
         )
     }
 
+    /// Whether it computes in bf16 (which a card before Ampere lacks).
+    pub fn is_bf16(self) -> bool {
+        matches!(self, FixKind::MixedBf16 | FixKind::PureBf16)
+    }
+
     /// Whether it is a change of `config` at all (f16 is no fix of an f16 run).
     pub fn applies(self, c: &Config) -> bool {
         let swapped = |id: &str| c.model.identity.iter().any(|i| i == id);

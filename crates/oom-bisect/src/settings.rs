@@ -7,10 +7,9 @@ mod ceiling;
 use crate::cli::{BackendArg, BisectArgs, ConfigArgs, DeviceArgs, ServeArg, Step};
 use crate::dispatch::{Dispatch, Placement};
 use crate::exit_codes::{self as code, user};
-use crate::gpus;
 use anyhow::Result;
 pub use ceiling::check_device_section;
-use ceiling::{ceiling_by, check_ceiling, choose_ceiling, CeilingKind};
+use ceiling::{ceiling_by, check_ceiling, choose_ceiling};
 use deeplab::config::MemoryModel;
 use deeplab::{Architecture, Config};
 use oom_search::{Budget, SearchOptions};
@@ -73,7 +72,7 @@ pub struct DeviceSettings {
     pub ceiling_bytes: Option<u64>,
     /// How the ceiling was given, for the report and the "Reproduce with" line.
     pub ceiling_arg: Option<String>,
-    /// The card the ceiling is (`--gpu`, `device.gpu`): `gpus::by_name` knows what it computes in.
+    /// The card the ceiling is (`--gpu`, `device.gpu`): `crate::gpus::by_name` knows what it computes in.
     pub card: Option<&'static str>,
     pub device_name: Option<String>,
     pub trial_timeout: Duration,
@@ -102,15 +101,8 @@ impl DeviceSettings {
         let mut notes = vec![];
         let (backend, device_name) = resolve_backend(args, config, &engine, &mut notes)?;
         let (ceiling, given) = choose_ceiling(&args.ceiling, config)?;
-        let kind = given.as_ref().map(|g| g.kind);
-        if let (Ceiling::Bytes(b), Some(g)) = (ceiling, &given) {
-            if matches!(g.kind, CeilingKind::Limit) {
-                notes.extend(gpus::decimal_warning(&g.arg, b));
-            }
-        }
-        let card = matches!(kind, Some(CeilingKind::Gpu))
-            .then(|| given.as_ref().and_then(|g| gpus::by_name(&g.value)))
-            .flatten();
+        notes.extend(given.as_ref().and_then(|g| g.decimal_warning(ceiling)));
+        let card = given.as_ref().and_then(|g| g.card());
         let ceiling_arg = given.map(|g| g.arg);
         let (ceiling, ceiling_bytes) = check_ceiling(
             ceiling,

@@ -158,10 +158,11 @@ fn phase_axis(config: &Config) -> Axis {
 /// each with what swapping it saves by the estimate (none where it adds: an identity in place of
 /// decoder.project passes all its input's channels on).
 fn module_items(config: &Config, arch: &Architecture) -> Modules {
+    let saving = saving_against(config);
     let saving = |ids: &[String]| {
         let mut c = config.clone();
         c.model.identity.extend(ids.iter().cloned());
-        estimated_saving(config, &c)
+        saving(&c)
     };
     Modules {
         key: "model.identity".into(),
@@ -178,32 +179,35 @@ fn module_items(config: &Config, arch: &Architecture) -> Modules {
     }
 }
 
-/// What `changed` saves against `config` by deeplab's estimate of the peak (nothing where it adds).
-fn estimated_saving(config: &Config, changed: &Config) -> Option<u64> {
+/// What a changed config saves against `config` by deeplab's estimate of the peak (nothing where
+/// it adds); `config`'s own peak estimated once.
+fn saving_against(config: &Config) -> impl Fn(&Config) -> Option<u64> {
     let peak = |c: &Config| Some(Architecture::new(c).ok()?.memory_estimate(c).peak.total());
-    Some(peak(config)?.saturating_sub(peak(changed)?))
+    let whole = peak(config);
+    move |changed| Some(whole?.saturating_sub(peak(changed)?))
 }
 
 /// The fixes that change `config`, least change to the training first, each with what it saves
 /// by the estimate.
 fn fixes(config: &Config) -> Vec<Fix> {
+    let saving = saving_against(config);
     FixKind::ALL
         .into_iter()
         .filter(|k| k.applies(config))
         .map(|k| {
-            let sets = k.sets(config);
-            let overrides: Vec<String> = sets.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            let changed = config.with_overrides(&overrides).ok();
-            Fix {
+            let mut fix = Fix {
                 change: k.label().into(),
                 tag: k.tag(),
-                estimated_saving: changed.and_then(|c| estimated_saving(config, &c)),
-                early: k.compiles_its_own(),
-                sets,
+                sets: k.sets(config),
                 covered_by: (k.covered_by())
                     .filter(|c| c.applies(config))
                     .map(|c| c.label().into()),
-            }
+                estimated_saving: None,
+                early: k.compiles_its_own(),
+            };
+            let changed = crate::candidate::resolve(config, &fix.candidate()).ok();
+            fix.estimated_saving = changed.and_then(|(c, _)| saving(&c));
+            fix
         })
         .collect()
 }

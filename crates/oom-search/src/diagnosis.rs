@@ -30,6 +30,17 @@ pub struct Fix {
     pub early: bool,
 }
 
+impl Fix {
+    /// The original with the fix's overrides.
+    pub fn candidate(&self) -> Candidate {
+        let mut c = Candidate::original();
+        for (k, v) in &self.sets {
+            c = c.with(k, v);
+        }
+        c
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FixResult {
     pub change: String,

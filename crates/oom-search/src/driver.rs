@@ -75,11 +75,12 @@ fn oom_fan_out(space: &Space, opts: &SearchOptions) -> Vec<Candidate> {
             .map(|a| a.at(&base, 0)),
     );
     if opts.fixes {
-        // A fix with an estimated saving may be ruled out once the original's need is known; one
-        // that compiles kernels of its own starts now all the same.
-        let bounded = |f: &Fix| f.estimated_saving.is_some() && need_first(opts) && !f.early;
         let uncovered = space.fixes.iter().filter(|f| f.covered_by.is_none());
-        out.extend(uncovered.filter(|f| !bounded(f)).map(fix_candidate));
+        out.extend(
+            uncovered
+                .filter(|f| !waits_for_the_need(f, opts))
+                .map(Fix::candidate),
+        );
     }
     if opts.modules {
         // An item with an estimated saving may be ruled out once the original's need is known.
@@ -115,14 +116,6 @@ fn must_shed(d: &Diagnosis, opts: &SearchOptions) -> Option<Shed> {
         bytes: need.checked_sub(ceiling)?,
         ceiling,
     })
-}
-
-fn fix_candidate(fix: &Fix) -> Candidate {
-    let mut c = Candidate::original();
-    for (k, v) in &fix.sets {
-        c = c.with(k, v);
-    }
-    c
 }
 
 /// The original fits: how far each capacity axis can grow. Where the original says its need and
@@ -173,9 +166,12 @@ fn explain_oom(s: &mut Searcher<'_>, space: &Space, opts: &SearchOptions, d: &mu
         if opts.fixes && need_first(opts) {
             // The fixes the need does not rule out start now, beside the axes.
             let shed = must_shed(d, opts);
-            let run = (space.fixes.iter())
-                .filter(|f| f.covered_by.is_none() && !f.early && fix_bound(f, shed).is_none());
-            s.expect(&run.map(fix_candidate).collect::<Vec<_>>());
+            let run = (space.fixes.iter()).filter(|f| {
+                f.covered_by.is_none()
+                    && waits_for_the_need(f, opts)
+                    && fix_bound(f, shed).is_none()
+            });
+            s.expect(&run.map(Fix::candidate).collect::<Vec<_>>());
         }
     }
     let (axes, early_minimal) = search_axes(s, space, opts);
@@ -307,7 +303,7 @@ fn fixes(
         (space.fixes.iter().filter(|f| !covered(f))).chain(space.fixes.iter().filter(covered));
     let mut out: Vec<FixResult> = vec![];
     for fix in in_turn {
-        let c = fix_candidate(fix);
+        let c = fix.candidate();
         let by = fix.covered_by.as_ref();
         let settled_by = by.and_then(|by| out.iter().find(|r| &r.change == by));
         let settled_by = settled_by.filter(|r| fits_apart(&r.measurement, opts));
@@ -349,6 +345,13 @@ fn fixes(
         }
     }
     out
+}
+
+/// Whether `fix` starts only once the original's need is known, which may rule it out (its
+/// estimated saving); one that compiles kernels of its own starts with the first trials all the
+/// same.
+fn waits_for_the_need(fix: &Fix, opts: &SearchOptions) -> bool {
+    fix.estimated_saving.is_some() && need_first(opts) && !fix.early
 }
 
 /// Why `fix` is not run: its estimated saving falls far short of what the original must shed.

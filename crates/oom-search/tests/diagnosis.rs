@@ -526,7 +526,7 @@ impl Oracle for Precisions {
         let fits = c.unbounded || need <= 23.7;
         let mut m = Measurement::new(if fits { Outcome::Fits } else { Outcome::Oom });
         if fits {
-            m.need_bytes = Some((need * (1u64 << 30) as f64) as u64);
+            m.need_bytes = Some(gib(need));
         }
         m
     }
@@ -562,7 +562,7 @@ fn precision_space() -> Space {
 #[test]
 fn a_fix_covered_by_one_that_fits_is_not_run() {
     let opts = SearchOptions {
-        ceiling: Some((23.7 * (1u64 << 30) as f64) as u64),
+        ceiling: Some(gib(23.7)),
         rerun_within: Some(0.005),
         modules: false,
         minimise: false,
@@ -612,9 +612,37 @@ impl Oracle for Swaps {
         let fits = c.unbounded || need <= 23.7;
         let mut m = Measurement::new(if fits { Outcome::Fits } else { Outcome::Oom });
         if fits {
-            m.need_bytes = Some((need * (1u64 << 30) as f64) as u64);
+            m.need_bytes = Some(gib(need));
         }
         m
+    }
+}
+
+/// Options for [`Swaps`]: its ceiling, the need measured first (what the original must shed is
+/// known before the fixes and modules), no minimal configuration.
+fn swaps_options() -> SearchOptions {
+    SearchOptions {
+        ceiling: Some(gib(23.7)),
+        minimise: false,
+        probe_without_ceiling: true,
+        ..Default::default()
+    }
+}
+
+/// A fix setting `key` to `value`, with what it saves by the estimate (GiB).
+fn estimated_fix(
+    change: &str,
+    (key, value): (&str, &str),
+    saving: Option<f64>,
+    early: bool,
+) -> Fix {
+    Fix {
+        tag: Tag::default(),
+        change: change.into(),
+        sets: vec![(key.into(), value.into())],
+        covered_by: None,
+        estimated_saving: saving.map(gib),
+        early,
     }
 }
 
@@ -622,7 +650,6 @@ impl Oracle for Swaps {
 /// not run alone, and says why; an item with no estimate, or a large one, runs.
 #[test]
 fn a_module_that_saves_far_too_little_by_the_estimate_is_not_run() {
-    let gib = |g: f64| (g * (1u64 << 30) as f64) as u64;
     let item = |id: &str, estimate: Option<f64>| ModuleItem {
         label: id.into(),
         ids: vec![id.into()],
@@ -641,11 +668,8 @@ fn a_module_that_saves_far_too_little_by_the_estimate_is_not_run() {
         ..precision_space()
     };
     let opts = SearchOptions {
-        ceiling: Some(gib(23.7)),
         fixes: false,
-        minimise: false,
-        probe_without_ceiling: true,
-        ..Default::default()
+        ..swaps_options()
     };
     let mut ev = |_: &Event| {};
     let d = diagnose(&mut Swaps, &mut ev, &TestClock::default(), &space, &opts);
@@ -667,14 +691,10 @@ fn a_module_that_saves_far_too_little_by_the_estimate_is_not_run() {
 /// large one, runs. ([`Swaps`]: each fix here swaps one of its modules.)
 #[test]
 fn a_fix_that_saves_far_too_little_by_the_estimate_is_not_run() {
-    let gib = |g: f64| (g * (1u64 << 30) as f64) as u64;
-    let fix = |id: &str, estimate: Option<f64>| Fix {
-        tag: Tag::default(),
-        change: format!("without {id}"),
-        sets: vec![("model.identity".into(), format!("[\"{id}\"]"))],
-        covered_by: None,
-        estimated_saving: estimate.map(gib),
-        early: false,
+    let fix = |id: &str, estimate: Option<f64>| {
+        let swapped = format!("[\"{id}\"]");
+        let change = format!("without {id}");
+        estimated_fix(&change, ("model.identity", &swapped), estimate, false)
     };
     let space = Space {
         fixes: vec![
@@ -685,11 +705,8 @@ fn a_fix_that_saves_far_too_little_by_the_estimate_is_not_run() {
         ..precision_space()
     };
     let opts = SearchOptions {
-        ceiling: Some(gib(23.7)),
         modules: false,
-        minimise: false,
-        probe_without_ceiling: true,
-        ..Default::default()
+        ..swaps_options()
     };
     let mut ev = |_: &Event| {};
     let d = diagnose(&mut Swaps, &mut ev, &TestClock::default(), &space, &opts);
@@ -737,29 +754,27 @@ impl Oracle for SwapsTold {
 /// if it is not.
 #[test]
 fn fixes_the_need_may_rule_out_start_after_it() {
-    let gib = |g: f64| (g * (1u64 << 30) as f64) as u64;
-    let fix = |change: &str, key: &str, value: &str, saving: f64, early: bool| Fix {
-        tag: Tag::default(),
-        change: change.into(),
-        sets: vec![(key.into(), value.into())],
-        covered_by: None,
-        estimated_saving: Some(gib(saving)),
-        early,
-    };
     let space = Space {
         fixes: vec![
-            fix("pure f16", "train.precision", "\"f16\"", 15.0, true),
-            fix("without big", "model.identity", "[\"big\"]", 9.0, false),
-            fix("without small", "model.identity", "[\"small\"]", 1.0, false),
+            estimated_fix("pure f16", ("train.precision", "\"f16\""), Some(15.0), true),
+            estimated_fix(
+                "without big",
+                ("model.identity", "[\"big\"]"),
+                Some(9.0),
+                false,
+            ),
+            estimated_fix(
+                "without small",
+                ("model.identity", "[\"small\"]"),
+                Some(1.0),
+                false,
+            ),
         ],
         ..precision_space()
     };
     let opts = SearchOptions {
-        ceiling: Some(gib(23.7)),
         modules: false,
-        minimise: false,
-        probe_without_ceiling: true,
-        ..Default::default()
+        ..swaps_options()
     };
     let mut o = SwapsTold::default();
     diagnose(&mut o, &mut |_| {}, &TestClock::default(), &space, &opts);

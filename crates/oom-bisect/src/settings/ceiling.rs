@@ -11,9 +11,27 @@ use oom_trial::{fmt_bytes, parse_size, BackendKind, Ceiling, CeilingBy, Engine};
 
 /// A ceiling the user gave: how, its value as written, and the flag that gives it again.
 pub(super) struct Given {
-    pub kind: CeilingKind,
-    pub value: String,
+    kind: CeilingKind,
+    value: String,
     pub arg: String,
+}
+
+impl Given {
+    /// The note for a size in decimal units near a card's (`24GB`), where `ceiling` is one.
+    pub fn decimal_warning(&self, ceiling: Ceiling) -> Option<String> {
+        match (self.kind, ceiling) {
+            (CeilingKind::Limit, Ceiling::Bytes(b)) => gpus::decimal_warning(&self.arg, b),
+            _ => None,
+        }
+    }
+
+    /// The card it names (`--gpu`, `device.gpu`).
+    pub fn card(&self) -> Option<&'static gpus::Card> {
+        match self.kind {
+            CeilingKind::Gpu => gpus::by_name(&self.value),
+            _ => None,
+        }
+    }
 }
 
 /// The three ways to give a ceiling, with their flag and their config key.
@@ -64,12 +82,10 @@ pub fn check_device_section(
     flags: &CeilingArgs,
 ) -> Result<(Ceiling, Vec<String>)> {
     let (ceiling, given) = choose_ceiling(flags, config)?;
-    let notes = match (ceiling, &given) {
-        (Ceiling::Bytes(b), Some(g)) if matches!(g.kind, CeilingKind::Limit) => {
-            gpus::decimal_warning(&g.arg, b).into_iter().collect()
-        }
-        _ => vec![],
-    };
+    let notes = given
+        .and_then(|g| g.decimal_warning(ceiling))
+        .into_iter()
+        .collect();
     Ok((ceiling, notes))
 }
 

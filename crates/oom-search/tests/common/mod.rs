@@ -165,6 +165,11 @@ pub fn under_24_gib(device: f64, live: f64, base: f64) -> Measurement {
     m
 }
 
+/// `g` GiB in bytes.
+pub fn gib(g: f64) -> u64 {
+    (g * (1u64 << 30) as f64) as u64
+}
+
 /// No module items, ids written as a TOML list of strings: `["a", "b"]`.
 pub fn no_modules() -> Modules {
     Modules {

@@ -455,7 +455,6 @@ impl Search<'_> {
             let guess = predictor.last_fit_between(fit.index, end)?;
             // The prediction is the known fit: its neighbour says whether it is the last.
             let i = if guess == fit.index { guess + 1 } else { guess };
-            self.expect_the_pair(s, i, end);
             let p = self.probe(s, i, lo, hi);
             predictor.note(i, &p.measurement);
             match p.measurement.outcome {
@@ -468,18 +467,6 @@ impl Search<'_> {
             }
         }
         None
-    }
-
-    /// The value above the predicted last fit `i` starts beside it, as sure although it is not:
-    /// where the prediction holds (the secant's usual outcome), it is the first OOM asked for next,
-    /// and the pair takes one round instead of two (the capacity of R50 OS16 512² on one card: 34
-    /// then 35, 5.0 and 3.4 s one after the other). Only where this search is the only one, whose
-    /// idle workers would otherwise wait with it; one trial is spent for nothing where `i` runs out
-    /// of memory.
-    fn expect_the_pair(&self, s: &mut Searcher<'_>, i: usize, end: usize) {
-        if s.searching_alone() && i + 1 < end {
-            s.expect(&[self.axis.at(self.base, i + 1)]);
-        }
     }
 
     /// Where the bottom is already known to fit (a capacity search starts at the original), the

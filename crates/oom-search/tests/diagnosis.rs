@@ -381,67 +381,6 @@ fn capacity_when_the_original_fits() {
     );
 }
 
-/// Needs of 1 GiB plus 0.7 GiB a sample, said where a batch fits (as a trial under its ceiling says
-/// it), with the hints the search starts ahead logged between the runs.
-#[derive(Default)]
-struct NeedsTold {
-    log: Vec<String>,
-}
-
-impl Oracle for NeedsTold {
-    fn run(&mut self, c: &Candidate, _: u32) -> Measurement {
-        self.log.push(format!("run {c}"));
-        let b: f64 = c.get("data.batch").map_or(4.0, |v| v.parse().unwrap());
-        let need = gib(1.0 + 0.7 * b);
-        let fits = need <= gib(24.0);
-        let mut m = Measurement::new(if fits { Outcome::Fits } else { Outcome::Oom });
-        m.need_bytes = fits.then_some(need);
-        m.need_floor_bytes = Some(gib(1.0));
-        m
-    }
-
-    fn prefetch(&mut self, asks: &[(Candidate, u32)], sure: bool) {
-        for (c, _) in asks.iter().filter(|_| sure) {
-            self.log.push(format!("ahead {c}"));
-        }
-    }
-}
-
-/// A capacity search on its own (the original fits and says its need) starts the value above its
-/// predicted last fit beside it: where the prediction holds, that is the first OOM the search asks
-/// for next, and the boundary takes one round of trials instead of two.
-#[test]
-fn a_capacity_search_alone_starts_the_pair_it_predicts_at_once() {
-    let mut a = axis("batch", "data.batch", 64);
-    a.original = 3; // configured batch 4
-    let space = Space {
-        axes: vec![],
-        capacity: vec![a],
-        fixes: vec![],
-        modules: no_modules(),
-    };
-    let opts = SearchOptions {
-        ceiling: Some(gib(24.0)),
-        ..Default::default()
-    };
-    let mut o = NeedsTold::default();
-    let d = diagnose(&mut o, &mut |_| {}, &TestClock::default(), &space, &opts);
-    let AxisVerdict::Boundary { last_fit, .. } = &d.capacity[0].verdict else {
-        panic!("{:?}", d.capacity)
-    };
-    assert_eq!(last_fit.label, "32");
-    let at = |line: &str| o.log.iter().position(|l| l == line);
-    let ahead = at("ahead data.batch=33").expect("the first OOM started ahead");
-    let fit = at("run data.batch=32").expect("the predicted last fit");
-    assert!(ahead < fit, "{:#?}", o.log);
-    // Nothing else is started for nothing: the original, the pair, and their re-runs.
-    assert!(
-        !o.log.iter().any(|l| l.contains("=31") || l.contains("=64")),
-        "{:#?}",
-        o.log
-    );
-}
-
 /// Memory is 100 plus what each present module costs; the ceiling is 310.
 struct Costs;
 

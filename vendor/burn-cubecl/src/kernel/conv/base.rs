@@ -65,20 +65,22 @@ pub(crate) enum GemmFamily {
     Tma,
 }
 
-/// oom-bisect patch: the family and tile kind `OOM_BISECT_CONV` names (`sync-cmma`, the default,
-/// `sync-mma`, `async-cmma`, `async-mma`, `tma-cmma`, `tma-mma`), `None` for `direct`. Read once
-/// per process.
+/// oom-bisect patch: the family and tile kind `OOM_BISECT_CONV_GEMM` names (`sync-cmma`, the
+/// default, `sync-mma`, `async-cmma`, `async-mma`, `tma-cmma`, `tma-mma`), for measuring; `None`
+/// where `OOM_BISECT_CONV=direct`. Read once per process.
 pub(crate) fn gemm_kernel() -> Option<(GemmFamily, AcceleratedTileKind)> {
     static KIND: std::sync::OnceLock<Option<(GemmFamily, AcceleratedTileKind)>> =
         std::sync::OnceLock::new();
     *KIND.get_or_init(|| {
         use AcceleratedTileKind::{Cmma, Mma};
         use GemmFamily::*;
-        match std::env::var("OOM_BISECT_CONV")
+        if std::env::var("OOM_BISECT_CONV").is_ok_and(|v| v == "direct") {
+            return None;
+        }
+        match std::env::var("OOM_BISECT_CONV_GEMM")
             .unwrap_or_default()
             .as_str()
         {
-            "direct" => None,
             "sync-mma" => Some((Sync, Mma)),
             "async-cmma" => Some((Async, Cmma)),
             "async-mma" => Some((Async, Mma)),

@@ -9,9 +9,7 @@ use crate::{
     kernel::conv::{
         backward_data::{fallback::conv_data_backward_fallback, implicit_gemm::*},
         backward_weight::{fallback::conv_weight_backward_fallback, implicit_gemm::*},
-        forward::implicit_gemm::{
-            conv_gemm_simple_async, conv_gemm_simple_sync, conv_gemm_simple_tma,
-        },
+        forward::implicit_gemm::conv_gemm_simple_sync,
     },
     ops::{permute_nchw_to_nhwc, permute_nchw_to_nhwc_shape, permute_nhwc_to_nchw},
     tensor::CubeTensor,
@@ -54,41 +52,8 @@ impl Default for ConvStrategy {
 /// oom-bisect patch: whether `OOM_BISECT_CONV=direct` is set (read once per process).
 #[cfg(not(feature = "autotune"))]
 fn conv_direct_requested() -> bool {
-    gemm_kernel().is_none()
-}
-
-/// oom-bisect patch: the implicit-GEMM kernel family, one of autotune's candidates.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum GemmFamily {
-    Sync,
-    Async,
-    Tma,
-}
-
-/// oom-bisect patch: the family and tile kind `OOM_BISECT_CONV_GEMM` names (`sync-cmma`, the
-/// default, `sync-mma`, `async-cmma`, `async-mma`, `tma-cmma`, `tma-mma`), for measuring; `None`
-/// where `OOM_BISECT_CONV=direct`. Read once per process.
-pub(crate) fn gemm_kernel() -> Option<(GemmFamily, AcceleratedTileKind)> {
-    static KIND: std::sync::OnceLock<Option<(GemmFamily, AcceleratedTileKind)>> =
-        std::sync::OnceLock::new();
-    *KIND.get_or_init(|| {
-        use AcceleratedTileKind::{Cmma, Mma};
-        use GemmFamily::*;
-        if std::env::var("OOM_BISECT_CONV").is_ok_and(|v| v == "direct") {
-            return None;
-        }
-        match std::env::var("OOM_BISECT_CONV_GEMM")
-            .unwrap_or_default()
-            .as_str()
-        {
-            "sync-mma" => Some((Sync, Mma)),
-            "async-cmma" => Some((Async, Cmma)),
-            "async-mma" => Some((Async, Mma)),
-            "tma-cmma" => Some((Tma, Cmma)),
-            "tma-mma" => Some((Tma, Mma)),
-            _ => Some((Sync, Cmma)),
-        }
-    })
+    static DIRECT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DIRECT.get_or_init(|| std::env::var("OOM_BISECT_CONV").is_ok_and(|v| v == "direct"))
 }
 
 /// Performs an N-dimensional convolution with the given strategy
@@ -136,19 +101,12 @@ pub fn conv_forward_nhwc<R: CubeRuntime, const N: usize>(
                 conv_direct::<R, N>(input, weight, bias, options)
             } else {
                 // oom-bisect patch: shapes the tiled kernel refuses go to the direct kernel.
-                let (family, tile) =
-                    gemm_kernel().unwrap_or((GemmFamily::Sync, AcceleratedTileKind::Cmma));
-                let f = match family {
-                    GemmFamily::Sync => conv_gemm_simple_sync::<R, N>,
-                    GemmFamily::Async => conv_gemm_simple_async::<R, N>,
-                    GemmFamily::Tma => conv_gemm_simple_tma::<R, N>,
-                };
-                match f(
+                match conv_gemm_simple_sync::<R, N>(
                     input.clone(),
                     weight.clone(),
                     bias.clone(),
                     options.clone(),
-                    tile,
+                    AcceleratedTileKind::Cmma,
                 ) {
                     Ok(out) => Ok(out),
                     Err(_) => conv_direct::<R, N>(input, weight, bias, options),
@@ -191,19 +149,12 @@ pub fn conv_weight_backward<R: CubeRuntime, const N: usize>(
             if options.groups != 1 {
                 conv_weight_backward_fallback::<R, N>(input, out_grad, weight_shape, options)
             } else {
-                let (family, tile) =
-                    gemm_kernel().unwrap_or((GemmFamily::Sync, AcceleratedTileKind::Cmma));
-                let f = match family {
-                    GemmFamily::Sync => wgrad_gemm_simple_sync::<R, N>,
-                    GemmFamily::Async => wgrad_gemm_simple_async::<R, N>,
-                    GemmFamily::Tma => wgrad_gemm_simple_tma::<R, N>,
-                };
-                match f(
+                match wgrad_gemm_simple_sync::<R, N>(
                     input.clone(),
                     out_grad.clone(),
                     weight_shape.clone(),
                     options.clone(),
-                    tile,
+                    AcceleratedTileKind::Cmma,
                 ) {
                     Ok(out) => Ok(out),
                     Err(_) => conv_weight_backward_fallback::<R, N>(
@@ -248,19 +199,12 @@ pub fn conv_data_backward<R: CubeRuntime, const N: usize>(
             if options.groups != 1 || options.stride.iter().any(|&s| s != 1) {
                 conv_data_backward_fallback::<R, N>(out_grad, weights, in_shape, options)?
             } else {
-                let (family, tile) =
-                    gemm_kernel().unwrap_or((GemmFamily::Sync, AcceleratedTileKind::Cmma));
-                let f = match family {
-                    GemmFamily::Sync => dgrad_gemm_simple_sync::<R, N>,
-                    GemmFamily::Async => dgrad_gemm_simple_async::<R, N>,
-                    GemmFamily::Tma => dgrad_gemm_simple_tma::<R, N>,
-                };
-                match f(
+                match dgrad_gemm_simple_sync::<R, N>(
                     out_grad.clone(),
                     weights.clone(),
                     in_shape.clone(),
                     options.clone(),
-                    tile,
+                    AcceleratedTileKind::Cmma,
                 ) {
                     Ok(out) => out,
                     Err(_) => {

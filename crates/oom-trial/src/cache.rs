@@ -104,7 +104,7 @@ pub fn check(dir: &Path) -> Result<(), String> {
     std::fs::write(&probe, b"")
         .and_then(|_| std::fs::remove_file(&probe))
         .map_err(|e| format!("cannot write in {}: {e}", dir.display()))?;
-    for toc in files_named(dir, "toc.json.log") {
+    for toc in files_where(dir, |n| n == "toc.json.log") {
         let text =
             std::fs::read(&toc).map_err(|e| format!("cannot read {}: {e}", toc.display()))?;
         let here = toc.parent().unwrap_or(dir);
@@ -118,8 +118,20 @@ pub fn check(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Files called `name` under `dir`, at any depth.
-fn files_named(dir: &Path, name: &str) -> Vec<PathBuf> {
+/// The bytes of compiled kernels in the cache at `dir` (cubecl's chunk files). cubecl reads and
+/// decodes all of them when a trial's device starts, whatever the trial will launch: about 0.3 s
+/// for 24 MB on the machine docs/performance.md names, so a cache grown over many models and
+/// precisions slows every trial a little.
+pub fn compiled_bytes(dir: &Path) -> u64 {
+    files_where(dir, |n| n.starts_with("chunk") && n.ends_with(".cbor"))
+        .iter()
+        .filter_map(|p| p.metadata().ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// Files under `dir`, at any depth, whose name passes `wanted`.
+fn files_where(dir: &Path, wanted: impl Fn(&str) -> bool) -> Vec<PathBuf> {
     let mut out = vec![];
     let mut todo = vec![dir.to_path_buf()];
     while let Some(d) = todo.pop() {
@@ -130,7 +142,7 @@ fn files_named(dir: &Path, name: &str) -> Vec<PathBuf> {
             let p = e.path();
             if p.is_dir() {
                 todo.push(p);
-            } else if p.file_name().is_some_and(|n| n == name) {
+            } else if p.file_name().is_some_and(|n| wanted(&n.to_string_lossy())) {
                 out.push(p);
             }
         }

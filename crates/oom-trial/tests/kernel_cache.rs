@@ -1,6 +1,7 @@
 //! cubecl's kernel cache under concurrent trials: two writers appending to one cache lose nothing
 //! and corrupt nothing, a cut entry (a trial killed mid-append) costs only itself, and a cache that
-//! would crash cubecl is found by `oom_trial::cache::check` and set aside by `cache::usable`.
+//! would crash cubecl is found by `oom_trial::cache::check` and set aside by `cache::usable`;
+//! `cache::compiled_bytes` counts what every trial reads from it.
 
 use cubecl_common::cache::CacheOption;
 use cubecl_common::compilation_cache::CompilationCache;
@@ -119,4 +120,15 @@ fn a_cache_that_would_crash_cubecl_is_set_aside() {
     assert!(oom_trial::cache::check(&root).is_ok());
     let mut c = open(&root);
     c.insert("k".into(), ptx("k")).unwrap();
+}
+
+/// What every trial reads as it starts is the chunk's bytes: counted from cubecl's own files, and
+/// nothing for a cache without kernels.
+#[test]
+fn the_compiled_bytes_are_the_chunks() {
+    let root = filled("size", 12);
+    let chunk = std::fs::metadata(the_chunk(&root)).unwrap().len();
+    assert!(chunk > 12 * 1000, "{chunk}");
+    assert_eq!(oom_trial::cache::compiled_bytes(&root), chunk);
+    assert_eq!(oom_trial::cache::compiled_bytes(&dir("empty")), 0);
 }

@@ -30,13 +30,20 @@ pub fn bench(
         .filter_map(|t| reports.get(&(t.candidate.clone(), t.attempt)))
         .collect();
     s += &per_trial(&ran, exec);
-    s += &format!(
-        "  kernel cache: {}\n",
-        kernel_cache
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|| "none".into())
-    );
+    s += &format!("  kernel cache: {}\n", cache_line(kernel_cache));
     s
+}
+
+/// Where the kernel cache is and how much every trial reads from it as it starts.
+fn cache_line(dir: Option<&std::path::Path>) -> String {
+    let Some(dir) = dir else {
+        return "none".into();
+    };
+    format!(
+        "{} ({} of compiled kernels, read whole by every trial as it starts)",
+        dir.display(),
+        oom_trial::fmt_bytes(oom_trial::cache::compiled_bytes(dir))
+    )
 }
 
 fn axes(d: &Diagnosis) -> String {

@@ -10,6 +10,7 @@ and brackets the smallest ceiling the device passes.
 
     python3 tools/pytorch/replay-vs-device.py --bin target/release/oom-bisect --out /tmp/rvd [--jobs 3]
     python3 tools/pytorch/replay-vs-device.py --out /tmp/rvd --table   # the table again, from files
+    python3 tools/pytorch/replay-vs-device.py --bin BIN --out /tmp/rvd --only R50 --jobs 1   # a subset, one at a time
 
 A run whose result is already in OUT is not repeated, so a second call finishes what the first left
 (`--deadline` seconds per call). Prints the table of docs/fidelity.md.
@@ -75,11 +76,17 @@ def on_device(args, name, cfg, sets, ceiling):
     return json.load(open(path))["verdict"]
 
 
+def chosen(args):
+    """The configurations to measure and tabulate: those whose name contains an `--only` word."""
+    return [c for c in CONFIGS if not args.only or any(w in c[0] for w in args.only)]
+
+
 def measure(args):
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         # Two at once: a run without a ceiling may take what the card has.
-        needs = list(concurrent.futures.ThreadPoolExecutor(2).map(lambda c: need(args, *c), CONFIGS))
-        points = [(c, round(n * (1 + off))) for c, n in zip(CONFIGS, needs) if n for off in OFFSETS]
+        configs = chosen(args)
+        needs = list(concurrent.futures.ThreadPoolExecutor(2).map(lambda c: need(args, *c), configs))
+        points = [(c, round(n * (1 + off))) for c, n in zip(configs, needs) if n for off in OFFSETS]
 
         def point(p):
             if time.time() - args.t0 > args.deadline:
@@ -123,7 +130,7 @@ def table(args):
     print(f"| configuration | replay's need | {head} | smallest passing ceiling, device |")
     print("|" + " --- |" * (len(OFFSETS) + 3))
     total = [0, 0, 0]
-    for name, _, _ in CONFIGS:
+    for name, _, _ in chosen(args):
         n = read_need(args, name)
         if n is None:
             print(f"| {name} | – |" + " – |" * (len(OFFSETS) + 1))
@@ -143,6 +150,8 @@ def main():
     p.add_argument("--table", action="store_true", help="print the table from OUT, run nothing")
     p.add_argument("--jobs", type=int, default=3, help="runs at once on the card")
     p.add_argument("--deadline", type=float, default=540, help="seconds of measuring per call")
+    p.add_argument("--only", action="append", default=[],
+                   help="only the configurations whose name contains this (repeatable)")
     args = p.parse_args()
     args.t0 = time.time()
     os.makedirs(args.out, exist_ok=True)

@@ -438,10 +438,11 @@ impl Config {
 
     /// The share of the ceiling under which one measured step is enough (`train.one_step_below`):
     /// the config's, else 0.9 under the `pytorch` memory model and 0 (every step) under `burn`'s.
-    /// With the state made first, the first step holds what later ones hold; on the H200 a later
-    /// step moved a peak by at most 0.7 GiB of a 24 GiB ceiling
-    /// (3%), and only near the ceiling, where a failed request releases pages and retries. Under
-    /// `burn` the sliced pools grow by up to 6% in a third step, so every step runs.
+    /// With the state made first, the first step holds the tensors later ones hold, and a verdict
+    /// that far below the ceiling stands. Its need is a lower bound: PyTorch's allocator, starting
+    /// the second step from the first one's split segments, needed 3.4% more for R50 OS16 512²
+    /// b32 (docs/fidelity.md). Under `burn` the sliced pools grow by up to 6% in a third step, so
+    /// every step runs.
     pub fn one_step_below(&self) -> f64 {
         self.train
             .one_step_below

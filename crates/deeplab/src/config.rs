@@ -440,8 +440,8 @@ impl Config {
     /// the config's, else 0.9 under the `pytorch` memory model and 0 (every step) under `burn`'s.
     /// With the state made first, the first step holds the tensors later ones hold, and a verdict
     /// that far below the ceiling stands. Its need is a lower bound: PyTorch's allocator, starting
-    /// the second step from the first one's split segments, needed 3.4% more for R50 OS16 512²
-    /// b32 (docs/fidelity.md). Under `burn` the sliced pools grow by up to 6% in a third step, so
+    /// the second step from the first one's split segments, can need more there
+    /// (docs/fidelity.md). Under `burn` the sliced pools grow by up to 6% in a third step, so
     /// every step runs.
     pub fn one_step_below(&self) -> f64 {
         self.train

@@ -119,9 +119,8 @@ pub fn check(dir: &Path) -> Result<(), String> {
 }
 
 /// The bytes of compiled kernels in the cache at `dir` (cubecl's chunk files). cubecl reads and
-/// decodes all of them when a trial's device starts, whatever the trial will launch: about 0.3 s
-/// for 24 MB on the machine docs/performance.md names, so a cache grown over many models and
-/// precisions slows every trial a little.
+/// decodes all of them when a trial's device starts, whatever the trial will launch, so a cache
+/// grown over many models and precisions slows every trial a little (docs/performance.md).
 pub fn compiled_bytes(dir: &Path) -> u64 {
     files_where(dir, |n| n.starts_with("chunk") && n.ends_with(".cbor"))
         .iter()

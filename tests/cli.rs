@@ -277,20 +277,33 @@ fn no_cuda_device_suggests_cpu() {
 /// `train.one_step_below`): what a test of the steps themselves needs.
 const LAZY: &str = "train.one_step_below=0";
 
+/// The policy of a diagnosis's trials (`train.one_step_below`, 0.9 by default).
+const ONE_STEP: &str = "train.one_step_below=0.9";
+
 /// A trial stops after one step only where that step stayed under 90% of its ceiling; nearer,
-/// and with the policy off, it runs both steps.
+/// and with the policy off, it runs both steps. A trial run alone is read for its need, which one
+/// step understates: it runs both, with the state made first as under the policy.
 #[test]
 fn a_trial_measures_one_step_only_far_below_its_ceiling() {
     let steps = |r: &Value| r["steps"].as_array().unwrap().len();
-    let (o, far) = tiny_trial("steps-far", &["--memory-limit", "2GiB"]);
+    let need = |r: &Value| r["allocator"]["need_bytes"].as_u64().unwrap();
+    let far_args = ["--memory-limit", "2GiB", "--set", ONE_STEP];
+    let (o, far) = tiny_trial("steps-far", &far_args);
     assert_eq!(code(&o), 0, "{}", text(&o));
     assert_eq!(steps(&far), 1, "{far}");
     let (o, lazy) = tiny_trial("steps-off", &["--memory-limit", "2GiB", "--set", LAZY]);
     assert_eq!(code(&o), 0, "{}", text(&o));
     assert_eq!(steps(&lazy), 2, "{lazy}");
+    let (o, alone) = tiny_trial("steps-alone", &["--memory-limit", "2GiB"]);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    assert_eq!(steps(&alone), 2, "{alone}");
+    assert!(need(&alone) >= need(&far), "{alone} {far}");
     // A ceiling the first step's peak takes 95% of: the second step runs, and still fits.
     let near = (far["peak_bytes"].as_u64().unwrap() as f64 / 0.95) as u64;
-    let (o, r) = tiny_trial("steps-near", &["--memory-limit", &format!("{near}B")]);
+    let (o, r) = tiny_trial(
+        "steps-near",
+        &["--memory-limit", &format!("{near}B"), "--set", ONE_STEP],
+    );
     assert_eq!(code(&o), 0, "{}", text(&o));
     assert_eq!(steps(&r), 2, "{r}");
 }
@@ -313,8 +326,8 @@ fn trial_fits_and_reports_json() {
         .unwrap()
         .iter()
         .any(|s| s["name"] == "aspp"));
-    // Far below its ceiling, one step with the optimizer state made first (train.one_step_below).
-    assert_eq!(r["steps"].as_array().unwrap().len(), 1);
+    // Alone, every step: a trial run for its need (see a_trial_measures_one_step_only_far_…).
+    assert_eq!(r["steps"].as_array().unwrap().len(), 2);
     assert!(r["oom"].is_null() && r["error"].is_null());
     // Where the time went: device ready, model built, then every reading in order, inside the trial.
     let ready = r["ready_seconds"].as_f64().unwrap();

@@ -458,6 +458,18 @@ impl Config {
         self.train.phase == Phase::Step && (self.train.premade_state || self.one_step_below() > 0.0)
     }
 
+    /// The same workload, measured for its need rather than for a verdict: every step of
+    /// `train.steps` runs, the optimizer's state made first where a verdict's trial makes it, so
+    /// that both trials ask for the same stream. One step far below the ceiling decides a verdict,
+    /// but PyTorch's allocator can need a few percent more in the second step than in the first
+    /// (docs/fidelity.md): a need from one step is only a lower bound.
+    pub fn measuring_need(&self) -> Config {
+        let mut c = self.clone();
+        c.train.premade_state = self.premade_state();
+        c.train.one_step_below = Some(0.0);
+        c
+    }
+
     /// Whether a trial has measured enough after `done` steps, its device peak so far `peak` bytes
     /// under a ceiling of `ceiling` bytes: all of `train.steps`, or a step far enough below.
     pub fn enough_steps(&self, done: usize, peak: u64, ceiling: u64) -> bool {

@@ -499,7 +499,13 @@ pub fn trial(args: &TrialArgs) -> Result<i32> {
     {
         tell!("oom-bisect: note: {why}");
     }
-    let req = request(&w.config, &device, fault);
+    // One trial is read for its need, which a run stopped after one step would understate:
+    // every step runs, unless the config says otherwise.
+    let config = match w.config.train.one_step_below {
+        Some(_) => w.config.clone(),
+        None => w.config.measuring_need(),
+    };
+    let req = request(&config, &device, fault);
     // Served, the command gets its trial as a served one: a check of its side of the protocol.
     // One trial gains nothing from a command that serves: served only where asked for, as a
     // check of the command's side; otherwise in a process of its own, whose peak is its largest

@@ -119,8 +119,12 @@ impl TrialOracle<'_> {
     /// Where the result of `candidate`'s `attempt` comes from, or why it is not a valid
     /// configuration.
     fn answer(&self, candidate: &Candidate, attempt: u32) -> Result<Answer, String> {
-        let (config, _) =
+        let (mut config, _) =
             crate::candidate::resolve(self.base, candidate).map_err(|e| e.to_string())?;
+        if candidate.unbounded {
+            // It runs for its need, which one step would understate.
+            config = config.measuring_need();
+        }
         let mut key = config.canonical_key();
         let mut req = request(&config, self.device, None);
         // A re-run (a confirmation, a retry after an error) runs in a fresh process, never in a

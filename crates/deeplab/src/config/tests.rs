@@ -113,3 +113,25 @@ fn canonical_key_ignores_order_and_device() {
     let burn = a.with_overrides(&["device.memory_model=\"burn\""]).unwrap();
     assert_ne!(a.canonical_key(), burn.canonical_key());
 }
+
+#[test]
+fn a_need_is_measured_over_every_step_with_the_state_made_first() {
+    const GIB: u64 = 1 << 30;
+    let c = Config::from_toml_str(BASE).unwrap();
+    // A verdict far below its ceiling stands after one step, the state made first.
+    assert!(c.premade_state() && c.enough_steps(1, 10 * GIB, 24 * GIB));
+    let need = c.measuring_need();
+    assert!(
+        need.premade_state(),
+        "the same stream as the verdict's trial"
+    );
+    assert!(!need.enough_steps(1, 10 * GIB, 24 * GIB));
+    assert!(need.enough_steps(2, 10 * GIB, 24 * GIB));
+    assert_ne!(need.canonical_key(), c.canonical_key());
+    // Under burn's pools every step runs already, with the state made by the first update.
+    let burn = c.with_overrides(&["device.memory_model=\"burn\""]).unwrap();
+    assert_eq!(burn.measuring_need().canonical_key(), burn.canonical_key());
+    // Without an optimizer (phase forward) there is no state to make.
+    let forward = c.with_overrides(&["train.phase=\"forward\""]).unwrap();
+    assert!(!forward.measuring_need().premade_state());
+}

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The replay against the device, for `--exec` with the PyTorch reference (deeplabv3plus.py): for
 each configuration, one run without a ceiling whose allocator trace oom-bisect replays (its need:
-the smallest ceiling, context included, under which PyTorch's allocator holds that trace), then
+the smallest ceiling, context included, under which PyTorch's allocator holds that trace; a trial
+run alone takes every training step, as the capped runs near their need do), then
 real runs of the reference under ceilings just below and above that need, each held by PyTorch's
 own per-process cap (the reference's `--cap`: its allocator refuses past the ceiling less what the
 process holds outside it, measured by NVML), several at once on one card. The replay predicts

@@ -54,6 +54,8 @@ pub fn measurement(r: &TrialReport) -> Measurement {
         peak_in_use_bytes: r.peak_in_use_bytes,
         base_bytes: r.base_bytes,
         need_bytes: r.need_bytes(),
+        // Set by the oracle, which knows the steps the trial's config runs.
+        need_at_least: false,
         need_floor_bytes: r.need_floor_bytes(),
         replay_disagrees: r.replay_disagrees(),
         note,
@@ -121,9 +123,9 @@ impl TrialOracle<'_> {
     fn answer(&self, candidate: &Candidate, attempt: u32) -> Result<Answer, String> {
         let (mut config, _) =
             crate::candidate::resolve(self.base, candidate).map_err(|e| e.to_string())?;
-        if candidate.unbounded || *candidate == Candidate::original() {
-            // Run for its need (the original's is the report's headline), which one step would
-            // understate.
+        if candidate.unbounded || candidate.every_step || *candidate == Candidate::original() {
+            // Run for its need (the original's is the report's headline, a fix's names the cards
+            // it fits on), which one step would understate.
             config = config.measuring_need();
         }
         let mut key = config.canonical_key();
@@ -147,6 +149,16 @@ impl TrialOracle<'_> {
         Ok(Answer::Run(job, req))
     }
 
+    /// Whether `r`'s trial fitted after fewer steps than its config runs (a step far below its
+    /// ceiling, `train.one_step_below`): its need is a lower bound. A command that reports no
+    /// steps says nothing either way.
+    fn stopped_early(&self, candidate: &Candidate, r: &TrialReport) -> bool {
+        let Ok((config, _)) = crate::candidate::resolve(self.base, candidate) else {
+            return false;
+        };
+        r.outcome == TrialOutcome::Fits && !r.steps.is_empty() && r.steps.len() < config.steps()
+    }
+
     fn learned(&self) -> MutexGuard<'_, Learned> {
         lock(&self.learned)
     }
@@ -168,6 +180,7 @@ impl Oracle for TrialOracle<'_> {
         };
         let mut m = measurement(&report);
         m.replayed = replayed;
+        m.need_at_least = self.stopped_early(candidate, &report);
         self.learned()
             .reports
             .insert((candidate.clone(), attempt), report);

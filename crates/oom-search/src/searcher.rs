@@ -222,7 +222,7 @@ impl<'a> Searcher<'a> {
     /// The settled result of a candidate: cached if known, else run, and run once more if the first
     /// run was inconclusive (then skipped like `git bisect skip` if it stays so).
     pub fn measure(&mut self, c: &Candidate, purpose: Purpose) -> Measurement {
-        if let Some(m) = self.cache.get(c) {
+        if let Some(m) = self.known(c) {
             return m.clone();
         }
         let mut m = self.run_once(c, &purpose);
@@ -235,9 +235,21 @@ impl<'a> Searcher<'a> {
         m
     }
 
-    /// The settled result of a candidate, if it has one; runs nothing.
+    /// The settled result of a candidate, if it has one; runs nothing. A configuration measured
+    /// over every step answers the same one measured plainly (the same verdict, and a need that
+    /// is not a lower bound), and a plain run answers one over every step where it stopped after
+    /// no fewer steps ([`Candidate::every_step`]).
     pub fn known(&self, c: &Candidate) -> Option<&Measurement> {
-        self.cache.get(c)
+        if let Some(m) = self.cache.get(c) {
+            return Some(m);
+        }
+        let twin = Candidate {
+            every_step: !c.every_step,
+            ..c.clone()
+        };
+        let m = self.cache.get(&twin)?;
+        let whole = twin.every_step || !m.need_at_least;
+        (whole && m.outcome != Outcome::Inconclusive).then_some(m)
     }
 
     /// Every candidate measured so far, with its settled result.
@@ -248,7 +260,7 @@ impl<'a> Searcher<'a> {
     /// Whether measuring `c` will answer without waiting on a trial: known here, or already there
     /// for the oracle (finished ahead, or from an earlier run).
     pub fn ready(&self, c: &Candidate) -> bool {
-        self.cache.contains_key(c) || {
+        self.known(c).is_some() || {
             let attempt = self.attempts.get(c).copied().unwrap_or(0);
             self.oracle.ready(c, attempt)
         }
@@ -301,7 +313,7 @@ impl<'a> Searcher<'a> {
     fn hint(&mut self, candidates: &[Candidate], sure: bool) {
         let mut asks: Vec<(Candidate, u32)> = vec![];
         for c in candidates {
-            if self.cache.contains_key(c) || asks.iter().any(|(a, _)| a == c) {
+            if self.known(c).is_some() || asks.iter().any(|(a, _)| a == c) {
                 continue;
             }
             asks.push((c.clone(), self.attempts.get(c).copied().unwrap_or(0)));

@@ -48,6 +48,10 @@ pub struct Measurement {
     /// figure predicts boundaries on both sides of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub need_bytes: Option<u64>,
+    /// The trial stopped after its first step, far below its ceiling (`train.one_step_below`):
+    /// its need is that step's, a lower bound of the whole run's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub need_at_least: bool,
     /// The need with nothing in it that scales (the bytes before the trial's stream, such as the
     /// device's context, and what outlives a step), where the need is known: the line through a
     /// single need and this floor predicts a boundary.
@@ -76,6 +80,7 @@ impl Measurement {
             peak_in_use_bytes: None,
             base_bytes: None,
             need_bytes: None,
+            need_at_least: false,
             need_floor_bytes: None,
             replay_disagrees: false,
             note: String::new(),
@@ -92,6 +97,10 @@ pub struct Candidate {
     /// Run without the ceiling, on all the memory the machine has: what the configuration needs.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unbounded: bool,
+    /// Run every training step, where a trial far below its ceiling would stop after the first:
+    /// its need is the whole run's, not a lower bound (a fix's need says which cards it fits on).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub every_step: bool,
 }
 
 impl Candidate {
@@ -103,6 +112,14 @@ impl Candidate {
     pub fn without_ceiling(&self) -> Candidate {
         Candidate {
             unbounded: true,
+            ..self.clone()
+        }
+    }
+
+    /// This candidate run for its need over every step (see [`Candidate::every_step`]).
+    pub fn every_step(&self) -> Candidate {
+        Candidate {
+            every_step: true,
             ..self.clone()
         }
     }

@@ -586,6 +586,8 @@ fn a_fix_covered_by_one_that_fits_is_not_run() {
     };
     let (fixes, ran) = diagnose_with(17.4);
     assert!(!ran, "{fixes:?}");
+    // A fix's need names the cards it fits on: its trial runs every step, for the whole need.
+    assert!(fixes[1].candidate.every_step, "{fixes:?}");
     assert_eq!(fixes[0].change, "mixed precision bf16", "the space's order");
     assert_eq!(fixes[0].implied_by.as_deref(), Some("mixed precision f16"));
     assert_eq!(fixes[0].measurement, fixes[1].measurement);

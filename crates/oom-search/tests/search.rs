@@ -242,3 +242,43 @@ fn reran(o: &Samples) -> Vec<String> {
         .map(|(b, _)| b.clone())
         .collect()
 }
+
+/// Fits at every batch; batches above 2 stop after their first step (a need that is a lower
+/// bound) unless run over every step. Counts the runs.
+struct Steps {
+    runs: Vec<Candidate>,
+}
+
+impl Oracle for Steps {
+    fn run(&mut self, c: &Candidate, _: u32) -> Measurement {
+        self.runs.push(c.clone());
+        let mut m = Measurement::new(Outcome::Fits);
+        m.need_bytes = Some(gib(1.0));
+        m.need_at_least = !c.every_step && c.get("data.batch") != Some("2");
+        m
+    }
+}
+
+/// A configuration run over every step answers the same one run plainly, and a plain run answers
+/// one over every step only where its need is the whole run's.
+#[test]
+fn a_whole_run_answers_its_plain_twin_and_not_the_reverse() {
+    let mut o = Steps { runs: vec![] };
+    let mut ev = |_: &Event| {};
+    let clock = TestClock::default();
+    let mut s = searcher(&mut o, &mut ev, &clock);
+    let at = |b: &str| Candidate::original().with("data.batch", b);
+    // Batch 3 stopped early: its run over every step runs; then it answers the plain one.
+    s.measure(&at("3"), Purpose::Modules);
+    assert!(s.known(&at("3").every_step()).is_none());
+    let whole = s.measure(&at("3").every_step(), Purpose::Modules);
+    assert!(!whole.need_at_least);
+    // Batch 2 ran every step plainly: it answers its run over every step.
+    s.measure(&at("2"), Purpose::Modules);
+    assert!(s.known(&at("2").every_step()).is_some());
+    // Batch 4 over every step first: the plain one is answered without a run.
+    s.measure(&at("4").every_step(), Purpose::Modules);
+    assert!(!s.measure(&at("4"), Purpose::Modules).need_at_least);
+    drop(s);
+    assert_eq!(o.runs.len(), 4, "{:?}", o.runs);
+}

@@ -147,6 +147,9 @@ fn in_short(d: &Diagnosis, cx: &Context<'_>, split: Option<&Split<'_>>) -> Optio
 fn without_it(m: &oom_search::Measurement) -> String {
     match super::Figure::of(m) {
         Some(super::Figure::Need(n)) => format!("; without it, it needs {}", fmt_bytes(n)),
+        Some(super::Figure::AtLeast(n)) => {
+            format!("; without it, it needs at least {}", fmt_bytes(n))
+        }
         Some(super::Figure::Peak(p)) => format!("; without it, its peak is {}", fmt_bytes(p)),
         None => String::new(),
     }

@@ -73,12 +73,15 @@ pub fn outcome_cell(m: &oom_search::Measurement) -> String {
 /// caching allocator (whatever its outcome), else the peak of a fit.
 pub enum Figure {
     Need(u64),
+    /// The need of a trial that stopped after its first step ([`oom_search::Measurement::need_at_least`]).
+    AtLeast(u64),
     Peak(u64),
 }
 
 impl Figure {
     pub fn of(m: &oom_search::Measurement) -> Option<Figure> {
         match (m.need_bytes, m.outcome, m.peak_bytes) {
+            (Some(n), _, _) if m.need_at_least => Some(Figure::AtLeast(n)),
             (Some(n), _, _) => Some(Figure::Need(n)),
             (None, oom_search::Outcome::Fits, Some(p)) => Some(Figure::Peak(p)),
             _ => None,
@@ -90,6 +93,7 @@ impl Figure {
 pub fn figure(m: &oom_search::Measurement) -> Option<String> {
     Some(match Figure::of(m)? {
         Figure::Need(n) => format!("needs {}", oom_trial::fmt_bytes(n)),
+        Figure::AtLeast(n) => format!("needs at least {}", oom_trial::fmt_bytes(n)),
         Figure::Peak(p) => format!("peak {}", oom_trial::fmt_bytes(p)),
     })
 }
@@ -193,6 +197,17 @@ mod tests {
         assert_eq!(shell_word("it's"), "'it'\\''s'");
         assert_eq!(shell_word("a b"), "'a b'");
         assert_eq!(shell_word(""), "''");
+    }
+
+    /// A need from a trial that stopped after its first step is read as a lower bound.
+    #[test]
+    fn a_need_from_one_step_is_at_least() {
+        let mut m = oom_search::Measurement::new(oom_search::Outcome::Fits);
+        m.need_bytes = Some(200 << 20);
+        assert_eq!(super::figure(&m).unwrap(), "needs 200.0 MiB");
+        m.need_at_least = true;
+        assert_eq!(super::figure(&m).unwrap(), "needs at least 200.0 MiB");
+        assert_eq!(super::outcome_cell(&m), "fits   needs at least 200.0 MiB");
     }
 }
 

@@ -868,6 +868,12 @@ fn quickstart_bisect_on_cpu_boundaries_hold() {
     let fresh = String::from_utf8_lossy(&o.stdout);
     assert_eq!(report_words(&readme), report_words(&fresh), "{stale}");
     let r = json(&j);
+    // The phase's last fit (no update, far below the ceiling) stopped after its first step: its
+    // need is a lower bound, and says so.
+    let bounds = r["boundaries"].as_array().unwrap();
+    let phase = bounds.iter().find(|b| b["axis"] == "phase").unwrap();
+    assert_eq!(phase["last_fit"]["need_is_lower_bound"], true, "{phase}");
+    assert_eq!(phase["first_oom"]["need_is_lower_bound"], false, "{phase}");
     let mut checked = 0;
     for b in r["boundaries"].as_array().unwrap() {
         if b["kind"] != "boundary" {

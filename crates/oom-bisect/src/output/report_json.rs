@@ -24,6 +24,8 @@ fn probe_json(p: &Probe) -> Value {
             .flatten(),
         "failed_at_bytes": p.measurement.failed_at_bytes,
         "need_bytes": p.measurement.need_bytes,
+        // The trial stopped after its first step, far below the ceiling: a later step may need more.
+        "need_is_lower_bound": p.measurement.need_at_least,
     })
 }
 
@@ -86,6 +88,7 @@ fn neighbour_json(n: &Neighbour) -> Value {
         "outcome": n.measurement.outcome,
         "peak_bytes": own["peak_bytes"],
         "need_bytes": own["need_bytes"],
+        "need_is_lower_bound": n.implied_by.is_none() && n.measurement.need_at_least,
         "implied_by": implied_by,
     })
 }

@@ -1,6 +1,7 @@
 //! The allocator: segments split into blocks, two pools of free blocks, the cap and the retry.
 
 use crate::rules::{self, Pool};
+use crate::AllocConf;
 use alloc::collections::BTreeSet;
 use alloc::vec::Vec;
 
@@ -92,6 +93,8 @@ struct BlockState {
     next: Option<u32>,
     allocated: bool,
     pool: Pool,
+    /// Backed by memory; `false` only for the unmapped pages of an expandable segment.
+    mapped: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -101,8 +104,12 @@ struct SegmentState {
 
 /// Where the first segment starts; each new segment lies below the last (`cudaMalloc` hands out
 /// decreasing addresses), with a gap so that no two segments touch.
-const TOP: u64 = 1 << 44;
+const TOP: u64 = 1 << 56;
 const GAP: u64 = 2 << 20;
+
+/// The pages of address space an expandable segment reserves (PyTorch reserves 1⅛ of the card):
+/// 32 GiB for the small pool, 320 GiB for the large, more than any card maps.
+const EXPANDABLE_PAGES: u64 = 1 << 14;
 
 /// PyTorch's caching allocator for one device and one stream.
 #[derive(Clone, Debug)]
@@ -113,8 +120,11 @@ pub struct Allocator {
     vacant_segments: Vec<u32>,
     /// Free blocks of each pool by (size, address): best fit, ties to the lower address.
     free: [BTreeSet<(u64, u64, u32)>; 2],
+    /// Unmapped pages of each pool's expandable segments by address: the lowest is grown first.
+    unmapped: [BTreeSet<(u64, u32)>; 2],
     next_addr: u64,
     cap: Option<u64>,
+    expandable: bool,
     stats: Stats,
 }
 
@@ -122,14 +132,24 @@ impl Allocator {
     /// An empty allocator; with `cap`, no segment may take the reserved bytes past it (PyTorch's
     /// per-process memory fraction, checked before `cudaMalloc`).
     pub fn new(cap: Option<u64>) -> Allocator {
+        Allocator::configured(cap, AllocConf::default())
+    }
+
+    /// An empty allocator configured as `conf` says. Under expandable segments each pool grows
+    /// one segment page by page and the retry unmaps free pages; that is modelled for the replay
+    /// only: its [`Device`] is never asked (a device pool would need virtual memory to grow a
+    /// segment in place).
+    pub fn configured(cap: Option<u64>, conf: AllocConf) -> Allocator {
         Allocator {
             blocks: Vec::new(),
             vacant_blocks: Vec::new(),
             segments: Vec::new(),
             vacant_segments: Vec::new(),
             free: [BTreeSet::new(), BTreeSet::new()],
+            unmapped: [BTreeSet::new(), BTreeSet::new()],
             next_addr: TOP,
             cap,
+            expandable: conf.expandable_segments,
             stats: Stats::default(),
         }
     }
@@ -197,42 +217,82 @@ impl Allocator {
         pool: Pool,
         device: &mut impl Device,
     ) -> Result<u32, OutOfMemory> {
-        let segment = rules::segment_size(rounded);
-        if let Some(id) = self.alloc_segment(segment, pool, device) {
+        if let Some(id) = self.alloc_block(rounded, pool, device) {
             return Ok(id);
         }
         self.release_cached(device);
         self.stats.retries += 1;
-        self.alloc_segment(segment, pool, device)
-            .ok_or(OutOfMemory {
-                requested: size,
-                segment,
-                stats: self.stats,
-            })
+        self.alloc_block(rounded, pool, device).ok_or(OutOfMemory {
+            requested: size,
+            segment: rules::segment_size(rounded),
+            stats: self.stats,
+        })
     }
 
     /// `get_free_block`: the smallest free block of `pool` that holds `rounded`, lowest address
-    /// first among equals.
+    /// first among equals. Under expandable segments a block followed by unmapped pages counts as
+    /// what it can grow to, so a block that holds the request as it is comes first.
     fn take_free(&mut self, pool: Pool, rounded: u64) -> Option<u32> {
-        let set = &mut self.free[pool as usize];
-        let key = *set.range((rounded, 0, 0)..).next()?;
-        set.remove(&key);
+        let mut fitting = self.free[pool as usize].range((rounded, 0, 0)..);
+        let mut key = *fitting.next()?;
+        if self.expandable {
+            for next in fitting {
+                if self.growable(next.2) >= self.growable(key.2) {
+                    break;
+                }
+                key = *next;
+            }
+        }
+        self.free[pool as usize].remove(&key);
         Some(key.2)
     }
 
-    /// `alloc_block`: a new segment, refused when it would take the reserved bytes past the cap
-    /// or when the device has no room.
-    fn alloc_segment(&mut self, size: u64, pool: Pool, device: &mut impl Device) -> Option<u32> {
+    /// A free block's size with the unmapped pages right after it.
+    fn growable(&self, id: u32) -> u64 {
+        let b = &self.blocks[id as usize];
+        let next = b.next.map(|n| &self.blocks[n as usize]);
+        b.size + next.filter(|n| !n.mapped).map_or(0, |n| n.size)
+    }
+
+    /// `alloc_block`: refused when the request's segment (`get_allocation_size`) would take the
+    /// reserved bytes past the cap, even where expandable segments map less or more; else a new
+    /// segment (`None` when the device has no room), or the pages expandable segments need.
+    fn alloc_block(&mut self, rounded: u64, pool: Pool, device: &mut impl Device) -> Option<u32> {
+        let size = rules::segment_size(rounded);
         if self.cap.is_some_and(|cap| self.stats.reserved + size > cap) {
             return None;
         }
-        let segment = match self.vacant_segments.last() {
-            Some(&s) => s,
-            None => self.segments.len() as u32,
-        };
+        if self.expandable {
+            return Some(self.grow(pool, rounded));
+        }
+        let segment = self.next_segment();
         if !device.allocate(SegmentId(segment), size) {
             return None;
         }
+        let addr = self.place_segment(segment, size);
+        self.reserve(size);
+        Some(self.new_block(BlockState {
+            addr,
+            size,
+            segment,
+            prev: None,
+            next: None,
+            allocated: false,
+            pool,
+            mapped: true,
+        }))
+    }
+
+    fn next_segment(&self) -> u32 {
+        match self.vacant_segments.last() {
+            Some(&s) => s,
+            None => self.segments.len() as u32,
+        }
+    }
+
+    /// Gives `segment` (from [`Self::next_segment`]) `size` bytes of address space below the
+    /// last segment's; returns its address.
+    fn place_segment(&mut self, segment: u32, size: u64) -> u64 {
         if self.vacant_segments.last() == Some(&segment) {
             self.vacant_segments.pop();
         }
@@ -244,18 +304,138 @@ impl Allocator {
             Some(slot) => *slot = Some(state),
             None => self.segments.push(Some(state)),
         }
-        self.stats.reserved += size;
-        self.stats.peak_reserved = self.stats.peak_reserved.max(self.stats.reserved);
         self.stats.segments += 1;
-        Some(self.new_block(BlockState {
-            addr: state.addr,
+        state.addr
+    }
+
+    fn reserve(&mut self, bytes: u64) {
+        self.stats.reserved += bytes;
+        self.stats.peak_reserved = self.stats.peak_reserved.max(self.stats.reserved);
+    }
+
+    /// `try_allocate_expandable_block`: the lowest free address range of the pool's expandable
+    /// segments that holds `rounded` (free blocks and unmapped pages), its pages mapped; taken.
+    fn grow(&mut self, pool: Pool, rounded: u64) -> u32 {
+        let mut id = self.expandable_start(pool, rounded);
+        if !self.blocks[id as usize].mapped {
+            id = self.map(id, rounded.min(self.blocks[id as usize].size));
+        }
+        while self.blocks[id as usize].size < rounded {
+            let b = &self.blocks[id as usize];
+            let next = b.next.expect("the range found holds the request");
+            let more = (rounded - b.size).min(self.blocks[next as usize].size);
+            id = self.map(next, more);
+        }
+        self.unshelve(id);
+        id
+    }
+
+    /// `find_expandable_block`: the first unmapped range, by address, that with the free block
+    /// before it and what follows holds `rounded`; else a new expandable segment.
+    fn expandable_start(&mut self, pool: Pool, rounded: u64) -> u32 {
+        let start = |u: u32| match self.blocks[u as usize].prev {
+            Some(p) if !self.blocks[p as usize].allocated => p,
+            _ => u,
+        };
+        let found = self.unmapped[pool as usize]
+            .iter()
+            .map(|&(_, u)| start(u))
+            .find(|&c| self.room_from(c) >= rounded);
+        if let Some(c) = found {
+            return c;
+        }
+        let size = rules::page_size(pool) * EXPANDABLE_PAGES;
+        let segment = self.next_segment();
+        let addr = self.place_segment(segment, size);
+        let id = self.new_block(BlockState {
+            addr,
             size,
             segment,
             prev: None,
             next: None,
             allocated: false,
             pool,
-        }))
+            mapped: false,
+        });
+        self.shelve(id);
+        id
+    }
+
+    /// The bytes of the blocks not in use from `id` on, up to the first in use.
+    fn room_from(&self, id: u32) -> u64 {
+        let mut room = 0;
+        let mut at = Some(id);
+        while let Some(b) = at.map(|i| &self.blocks[i as usize]) {
+            if b.allocated {
+                break;
+            }
+            room += b.size;
+            at = b.next;
+        }
+        room
+    }
+
+    /// `map_block`: maps the pages that hold the first `bytes` of the unmapped block `id` (which
+    /// starts on a page); the rest stays unmapped. The mapped block merges with its free
+    /// neighbours and is free; returns it.
+    fn map(&mut self, id: u32, bytes: u64) -> u32 {
+        let b = self.blocks[id as usize].clone();
+        let mapped = bytes.next_multiple_of(rules::page_size(b.pool));
+        self.unshelve(id);
+        if mapped < b.size {
+            let rest = self.carve(id, mapped);
+            self.shelve(rest);
+        }
+        self.blocks[id as usize].mapped = true;
+        self.merge_idle_neighbours(id);
+        self.shelve(id);
+        self.reserve(mapped);
+        id
+    }
+
+    /// `unmap_block`: the whole pages inside the free block `id` are unmapped and merge with
+    /// unmapped neighbours; what lies before and after them stays free. Returns the block that
+    /// holds those pages (`id` itself when none lie inside).
+    fn unmap(&mut self, id: u32) -> u32 {
+        let b = self.blocks[id as usize].clone();
+        let base = self.segments[b.segment as usize].expect("live").addr;
+        let page = rules::page_size(b.pool);
+        let begin = base + (b.addr - base).next_multiple_of(page);
+        let end = base + (b.addr + b.size - base) / page * page;
+        if begin >= end {
+            return id;
+        }
+        self.unshelve(id);
+        let mut inner = id;
+        if begin > b.addr {
+            inner = self.carve(id, begin - b.addr);
+            self.shelve(id);
+        }
+        if end < b.addr + b.size {
+            let after = self.carve(inner, end - begin);
+            self.shelve(after);
+        }
+        self.blocks[inner as usize].mapped = false;
+        self.merge_idle_neighbours(inner);
+        self.shelve(inner);
+        self.stats.reserved -= end - begin;
+        inner
+    }
+
+    /// Unmaps the free pages of `pool`'s expandable segments (`release_blocks`); a segment left
+    /// with nothing mapped is released.
+    fn unmap_free(&mut self, pool: Pool) {
+        let free: Vec<u32> = self.free[pool as usize].iter().map(|k| k.2).collect();
+        for id in free {
+            let id = self.unmap(id);
+            let b = self.blocks[id as usize].clone();
+            if !b.mapped && b.prev.is_none() && b.next.is_none() {
+                self.unshelve(id);
+                self.segments[b.segment as usize] = None;
+                self.vacant_segments.push(b.segment);
+                self.vacant_blocks.push(id);
+            }
+        }
     }
 
     /// `empty_cache` (`torch.cuda.empty_cache()`): the cached whole segments go back to the device.
@@ -267,6 +447,10 @@ impl Allocator {
     /// segments with a block in use stay, with their free blocks.
     fn release_cached(&mut self, device: &mut impl Device) {
         for pool in [Pool::Large, Pool::Small] {
+            if self.expandable {
+                self.unmap_free(pool);
+                continue;
+            }
             let whole: Vec<(u64, u64, u32)> = self.free[pool as usize]
                 .iter()
                 .filter(|&&(_, _, i)| {
@@ -290,27 +474,31 @@ impl Allocator {
 
     /// Splits the rest of block `id` off as a free block when `should_split` says so.
     fn split(&mut self, id: u32, rounded: u64) {
-        let b = self.blocks[id as usize].clone();
-        let remaining = b.size - rounded;
-        if !rules::should_split(b.pool, remaining) {
-            return;
+        let b = &self.blocks[id as usize];
+        if rules::should_split(b.pool, b.size - rounded, self.expandable) {
+            let rest = self.carve(id, rounded);
+            self.shelve(rest);
         }
+    }
+
+    /// Cuts block `id` after its first `at` bytes: the rest becomes a block of its own, not in
+    /// use, mapped as `id` is, next to it in the segment, and not yet in a set; returns it.
+    fn carve(&mut self, id: u32, at: u64) -> u32 {
+        let b = self.blocks[id as usize].clone();
         let rest = self.new_block(BlockState {
-            addr: b.addr + rounded,
-            size: remaining,
-            segment: b.segment,
+            addr: b.addr + at,
+            size: b.size - at,
             prev: Some(id),
-            next: b.next,
             allocated: false,
-            pool: b.pool,
+            ..b
         });
         if let Some(n) = b.next {
             self.blocks[n as usize].prev = Some(rest);
         }
         let block = &mut self.blocks[id as usize];
         block.next = Some(rest);
-        block.size = rounded;
-        self.insert_free(rest);
+        block.size = at;
+        rest
     }
 
     /// `free_block`: the block merges with its free neighbours in its segment (blocks of two
@@ -321,18 +509,26 @@ impl Allocator {
         debug_assert!(b.allocated, "a block is freed once");
         b.allocated = false;
         self.stats.allocated -= b.size;
-        for neighbour in [b.prev, b.next].into_iter().flatten() {
-            if !self.blocks[neighbour as usize].allocated {
-                self.merge(id, neighbour);
-            }
-        }
-        self.insert_free(id);
+        self.merge_idle_neighbours(id);
+        self.shelve(id);
     }
 
-    /// Merges the free block `other`, a neighbour of `id`, into `id`.
+    /// `try_merge_blocks` with both neighbours of the block `id`, which is not in use: each that
+    /// is not in use either and mapped as it is merges into it.
+    fn merge_idle_neighbours(&mut self, id: u32) {
+        let b = &self.blocks[id as usize];
+        for n in [b.prev, b.next].into_iter().flatten() {
+            let (o, b) = (&self.blocks[n as usize], &self.blocks[id as usize]);
+            if !o.allocated && o.mapped == b.mapped {
+                self.merge(id, n);
+            }
+        }
+    }
+
+    /// Merges the block `other`, a neighbour of `id` not in use, into `id`.
     fn merge(&mut self, id: u32, other: u32) {
+        self.unshelve(other);
         let o = self.blocks[other as usize].clone();
-        self.free[o.pool as usize].remove(&(o.size, o.addr, other));
         let b = &mut self.blocks[id as usize];
         if b.prev == Some(other) {
             b.addr = o.addr;
@@ -350,9 +546,22 @@ impl Allocator {
         self.vacant_blocks.push(other);
     }
 
-    fn insert_free(&mut self, id: u32) {
+    /// Puts the block `id`, not in use, in its pool's set: free blocks by size, unmapped pages by
+    /// address.
+    fn shelve(&mut self, id: u32) {
         let b = &self.blocks[id as usize];
-        self.free[b.pool as usize].insert((b.size, b.addr, id));
+        match b.mapped {
+            true => self.free[b.pool as usize].insert((b.size, b.addr, id)),
+            false => self.unmapped[b.pool as usize].insert((b.addr, id)),
+        };
+    }
+
+    fn unshelve(&mut self, id: u32) {
+        let b = &self.blocks[id as usize];
+        match b.mapped {
+            true => self.free[b.pool as usize].remove(&(b.size, b.addr, id)),
+            false => self.unmapped[b.pool as usize].remove(&(b.addr, id)),
+        };
     }
 
     fn new_block(&mut self, state: BlockState) -> u32 {
@@ -425,5 +634,76 @@ mod tests {
         assert_eq!(err.segment, 10 * MIB);
         assert_eq!(a.stats().retries, 2, "a split segment is not released");
         assert_eq!(err.stats.allocated, 26 * MIB);
+    }
+
+    const EXPANDABLE: AllocConf = AllocConf {
+        expandable_segments: true,
+    };
+
+    fn expandable(cap: Option<u64>) -> Allocator {
+        Allocator::configured(cap, EXPANDABLE)
+    }
+
+    #[test]
+    fn an_expandable_segment_grows_by_whole_pages_from_its_free_end() {
+        let mut a = expandable(None);
+        let x = a.malloc(30 * MIB, &mut Unbounded).unwrap();
+        assert_eq!(
+            (x.offset, x.size, a.stats().reserved),
+            (0, 30 * MIB, 40 * MIB)
+        );
+        let y = a.malloc(12 * MIB, &mut Unbounded).unwrap();
+        assert_eq!(
+            (y.segment, y.offset),
+            (x.segment, 30 * MIB),
+            "the free 10 MiB grew by one 20 MiB page"
+        );
+        assert_eq!(a.stats().reserved, 60 * MIB);
+        assert_eq!(a.stats().segments, 1);
+        assert_eq!(a.held_in_split_segments(), 18 * MIB);
+    }
+
+    #[test]
+    fn best_fit_prefers_a_block_that_holds_the_request_to_the_growing_end() {
+        let mut a = expandable(None);
+        let x = a.malloc(20 * MIB, &mut Unbounded).unwrap();
+        a.malloc(4 * MIB, &mut Unbounded).unwrap();
+        a.free(x.id);
+        let w = a.malloc(12 * MIB, &mut Unbounded).unwrap();
+        assert_eq!(
+            w.offset, 0,
+            "the 20 MiB block, not the 16 MiB before unmapped pages"
+        );
+    }
+
+    #[test]
+    fn the_retry_unmaps_free_pages_and_the_cap_checks_the_requests_segment() {
+        let mut a = expandable(Some(50 * MIB));
+        let x = a.malloc(20 * MIB, &mut Unbounded).unwrap();
+        a.malloc(20 * MIB, &mut Unbounded).unwrap();
+        a.free(x.id);
+        let c = a.malloc(30 * MIB, &mut Unbounded).unwrap();
+        assert_eq!(a.stats().retries, 1, "40 + 30 MiB is past the cap");
+        assert_eq!(
+            c.offset,
+            40 * MIB,
+            "the unmapped 20 MiB at the start is too small"
+        );
+        assert_eq!(
+            a.stats().reserved,
+            60 * MIB,
+            "two pages mapped where the cap was checked for 30 MiB"
+        );
+    }
+
+    #[test]
+    fn a_segment_with_nothing_mapped_is_released() {
+        let mut a = expandable(None);
+        let x = a.malloc(4 * MIB, &mut Unbounded).unwrap();
+        a.free(x.id);
+        a.empty_cache(&mut Unbounded);
+        assert_eq!((a.stats().reserved, a.held_in_split_segments()), (0, 0));
+        a.malloc(4 * MIB, &mut Unbounded).unwrap();
+        assert_eq!(a.stats().segments, 2, "a new segment for the next request");
     }
 }

@@ -14,9 +14,12 @@
 //! addresses, and best fit breaks ties by the lower address, which decides which segments stay
 //! split).
 //!
-//! Not modelled (each needs rules of its own): `expandable_segments`, `max_split_size_mb`,
-//! `roundup_power2_divisions`, `garbage_collection_threshold`, several streams, CUDA graphs, and
-//! cuDNN's benchmark mode (its workspace trials allocate and fail by design).
+//! One setting of `PYTORCH_CUDA_ALLOC_CONF` is modelled, for the replay: `expandable_segments:True`
+//! ([`AllocConf`]), where each pool grows one segment by pages (2 MiB small, 20 MiB large) as
+//! requests need them and the retry unmaps the free pages instead of releasing whole segments.
+//! Not modelled (each needs rules of its own): `max_split_size_mb`, `roundup_power2_divisions`,
+//! `garbage_collection_threshold`, several streams, CUDA graphs, and cuDNN's benchmark mode (its
+//! workspace trials allocate and fail by design).
 
 #![no_std]
 extern crate alloc;
@@ -26,4 +29,12 @@ mod replay;
 pub mod rules;
 
 pub use allocator::{Allocator, Block, BlockId, Device, OutOfMemory, SegmentId, Stats, Unbounded};
-pub use replay::{replay, smallest_cap, Event, Need, Replay};
+pub use replay::{replay, replay_with, smallest_cap, smallest_cap_with, Event, Need, Replay};
+
+/// The allocator's settings that change its decisions (`PYTORCH_CUDA_ALLOC_CONF`); the default is
+/// PyTorch's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AllocConf {
+    /// `expandable_segments:True`.
+    pub expandable_segments: bool,
+}

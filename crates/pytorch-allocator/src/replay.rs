@@ -1,7 +1,8 @@
 //! The replay of a recorded stream: one uncapped run answers "does it fit under C?" for every C.
 
 use crate::allocator::{Allocator, BlockId, OutOfMemory, Stats, Unbounded};
-use crate::rules::SEGMENT_GRANULE;
+use crate::rules::{round_size, segment_size, SEGMENT_GRANULE};
+use crate::AllocConf;
 use alloc::collections::BTreeMap;
 
 /// One request or release of a stream, in the order the program made them. `id` names the buffer
@@ -32,7 +33,16 @@ impl Replay {
 
 /// Replays `events` under `cap` (reserved bytes; `None`: no cap).
 pub fn replay<'a>(events: impl IntoIterator<Item = &'a Event>, cap: Option<u64>) -> Replay {
-    let mut a = Allocator::new(cap);
+    replay_with(events, cap, AllocConf::default())
+}
+
+/// Replays `events` under `cap` with the allocator configured as `conf` says.
+pub fn replay_with<'a>(
+    events: impl IntoIterator<Item = &'a Event>,
+    cap: Option<u64>,
+    conf: AllocConf,
+) -> Replay {
+    let mut a = Allocator::configured(cap, conf);
     let mut live: BTreeMap<u64, BlockId> = BTreeMap::new();
     let mut held_at_peak = 0;
     for (index, event) in events.into_iter().enumerate() {
@@ -91,12 +101,29 @@ impl Need {
 /// uncapped peak reserved always fits. A cap can fail where a smaller one fits (the retry releases
 /// different segments), rarely: the bisection finds a cap that fits with one granule less failing.
 pub fn smallest_cap(events: &[Event]) -> Need {
-    let uncapped = replay(events, None);
+    smallest_cap_with(events, AllocConf::default())
+}
+
+/// [`smallest_cap`] with the allocator configured as `conf` says. Under expandable segments the
+/// cap is compared with the request's whole segment while fewer or more pages are mapped, so the
+/// uncapped peak may not fit; that peak plus the largest segment a request asks for always does
+/// (no check fails below it, so the run is the uncapped one).
+pub fn smallest_cap_with(events: &[Event], conf: AllocConf) -> Need {
+    let replay = |cap| replay_with(events, cap, conf);
+    let uncapped = replay(None);
+    let mut fits = uncapped.stats.peak_reserved.div_ceil(SEGMENT_GRANULE);
+    if !replay(Some(fits * SEGMENT_GRANULE)).fits() {
+        let largest = events.iter().map(|e| match *e {
+            Event::Alloc { size, .. } => segment_size(round_size(size)),
+            Event::Free { .. } => 0,
+        });
+        fits += largest.max().unwrap_or(0).div_ceil(SEGMENT_GRANULE);
+    }
     // A cap of 0 fails any stream that allocates.
-    let (mut fails, mut fits) = (0u64, uncapped.stats.peak_reserved.div_ceil(SEGMENT_GRANULE));
+    let mut fails = 0u64;
     while fits - fails > 1 {
         let mid = fails + (fits - fails) / 2;
-        match replay(events, Some(mid * SEGMENT_GRANULE)).fits() {
+        match replay(Some(mid * SEGMENT_GRANULE)).fits() {
             true => fits = mid,
             false => fails = mid,
         }
@@ -104,7 +131,7 @@ pub fn smallest_cap(events: &[Event]) -> Need {
     let cap = fits * SEGMENT_GRANULE;
     Need {
         cap,
-        at_cap: replay(events, Some(cap)),
+        at_cap: replay(Some(cap)),
         uncapped,
     }
 }

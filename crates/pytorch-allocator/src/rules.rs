@@ -16,6 +16,15 @@ pub const ROUND_LARGE: u64 = 2 << 20;
 /// Every segment is a multiple of this, so a cap between two multiples behaves as the lower one.
 pub const SEGMENT_GRANULE: u64 = 2 << 20;
 
+/// Under `expandable_segments:True`, the page an expandable segment of the small pool maps at a
+/// time (`kSmallBuffer`); the large pool's is [`LARGE_BUFFER`].
+pub fn page_size(pool: Pool) -> u64 {
+    match pool {
+        Pool::Small => SMALL_BUFFER,
+        Pool::Large => LARGE_BUFFER,
+    }
+}
+
 /// The two pools: a freed block is only reused by a request of its own pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Pool {
@@ -49,11 +58,11 @@ pub fn segment_size(rounded: u64) -> u64 {
 
 /// `should_split`: whether a block of `pool` keeps `remaining` bytes apart after serving a request.
 /// A large block is split only when more than [`SMALL_SIZE`] remain: a smaller remainder is handed
-/// out with the block.
-pub fn should_split(pool: Pool, remaining: u64) -> bool {
-    match pool {
-        Pool::Small => remaining >= MIN_BLOCK,
-        Pool::Large => remaining > SMALL_SIZE,
+/// out with the block. Under expandable segments every block splits as a small one does.
+pub fn should_split(pool: Pool, remaining: u64, expandable: bool) -> bool {
+    match (pool, expandable) {
+        (Pool::Small, _) | (_, true) => remaining >= MIN_BLOCK,
+        (Pool::Large, false) => remaining > SMALL_SIZE,
     }
 }
 
@@ -69,8 +78,9 @@ mod tests {
         assert_eq!(segment_size(round_size((1 << 20) + 1)), LARGE_BUFFER);
         assert_eq!(segment_size(10 << 20), 10 << 20);
         assert_eq!(segment_size((10 << 20) + 512), 12 << 20);
-        assert!(!should_split(Pool::Large, 1 << 20));
-        assert!(should_split(Pool::Large, (1 << 20) + 512));
-        assert!(should_split(Pool::Small, 512));
+        assert!(!should_split(Pool::Large, 1 << 20, false));
+        assert!(should_split(Pool::Large, (1 << 20) + 512, false));
+        assert!(should_split(Pool::Large, 512, true));
+        assert!(should_split(Pool::Small, 512, false));
     }
 }

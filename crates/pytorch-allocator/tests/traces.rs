@@ -1,7 +1,10 @@
 //! The allocator against PyTorch itself: six traces of PyTorch's caching allocator recorded on an
 //! H200 (`tests/data/README.md`), replayed byte for byte, and PyTorch's verdicts under a cap.
 
-use pytorch_allocator::{replay, smallest_cap, Allocator, Device, Event, SegmentId};
+use pytorch_allocator::{
+    replay, replay_with, smallest_cap, smallest_cap_with, AllocConf, Allocator, Device, Event,
+    SegmentId,
+};
 use std::io::Read;
 use std::path::Path;
 
@@ -190,5 +193,28 @@ fn the_smallest_cap_brackets_pytorchs_verdicts() {
         assert!(need.at_cap.fits());
         assert!(!replay(&load(&t.file).events, Some(need.cap - 1)).fits());
         assert!(need.cap >= need.at_cap.stats.peak_allocated);
+    }
+}
+
+/// Under `expandable_segments:True` each pool grows one segment by 20 MiB pages, so the free space
+/// a stream leaves between its tensors can be unmapped and mapped again where a request needs it:
+/// what is held beyond the allocated bytes at the smallest cap is a fraction of a page per gap.
+#[test]
+fn expandable_segments_need_less_and_hold_under_one_percent() {
+    let conf = AllocConf {
+        expandable_segments: true,
+    };
+    for name in TRACES {
+        let events = load(name).events;
+        let fixed = smallest_cap(&events);
+        let grown = smallest_cap_with(&events, conf);
+        assert!(
+            grown.cap < fixed.cap,
+            "{name}: {:.3} GiB",
+            grown.cap as f64 / GIB
+        );
+        assert!(grown.at_cap.fits());
+        assert!(!replay_with(&events, Some(grown.cap - 1), conf).fits());
+        assert!(grown.held() * 100 < grown.cap, "{name}: {}", grown.held());
     }
 }

@@ -421,6 +421,10 @@ pub struct Replayed {
     /// Where the stream comes from, where it is not the built-in trial's own pools.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// The smallest ceiling the same stream fits under with `PYTORCH_CUDA_ALLOC_CONF=
+    /// expandable_segments:True` (replayed, not run), plus the bytes before the stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expandable_need_bytes: Option<u64>,
 }
 
 fn one() -> u32 {

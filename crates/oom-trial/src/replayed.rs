@@ -3,7 +3,7 @@
 //! verdict under the trial's own ceiling.
 
 use crate::protocol::{FailedRequest, Replayed};
-use pytorch_allocator::{replay, smallest_cap, Event};
+use pytorch_allocator::{replay, smallest_cap, smallest_cap_with, AllocConf, Event};
 
 /// Replays `stream`, noted after the device held `before` bytes, against a ceiling of `ceiling`
 /// bytes (the allocator's cap is what the ceiling leaves after `before`).
@@ -15,6 +15,9 @@ pub fn replayed(
     streams: u32,
 ) -> Replayed {
     let need = smallest_cap(stream);
+    let expandable = AllocConf {
+        expandable_segments: true,
+    };
     let at_ceiling = replay(stream, Some(ceiling.saturating_sub(before)));
     Replayed {
         events: stream.len(),
@@ -32,6 +35,7 @@ pub fn replayed(
         device_held_ceiling,
         streams,
         source: None,
+        expandable_need_bytes: Some(before + smallest_cap_with(stream, expandable).cap),
     }
 }
 
@@ -62,6 +66,11 @@ mod tests {
         assert_eq!(r.need_bytes, 544 * MIB);
         assert_eq!(r.reserved_bytes, 574 * MIB);
         assert_eq!((r.allocated_bytes, r.retries), (44 * MIB, 1));
+        assert_eq!(
+            r.expandable_need_bytes,
+            Some(572 * MIB),
+            "the third request's 32 MiB checked against the 40 MiB left mapped once the retry unmapped a free page"
+        );
         let fails = r.fails_at.expect("a 43 MiB cap is 1 MiB short");
         assert_eq!(
             (fails.index, fails.bytes, fails.allocated_bytes),

@@ -7,6 +7,9 @@ use oom_search::Candidate;
 use oom_trial::TrialReport;
 use std::collections::HashMap;
 
+/// The allocator setting the replay answers for without a trial (`PYTORCH_CUDA_ALLOC_CONF`).
+pub const EXPANDABLE: &str = "expandable segments";
+
 /// What the report needs besides the diagnosis.
 pub struct Context<'a> {
     pub title: String,
@@ -94,5 +97,13 @@ impl Context<'_> {
                 .filter(fits)
                 .map(|r| (r, "the original")),
         }
+    }
+
+    /// The original's need under `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`, replayed
+    /// from its stream (nothing ran with it), and whether that fits the ceiling.
+    pub fn expandable(&self) -> Option<(u64, bool)> {
+        let (r, _) = self.whole_run()?;
+        let need = r.allocator.as_ref()?.expandable_need_bytes?;
+        Some((need, self.ceiling.is_none_or(|c| need <= c)))
     }
 }

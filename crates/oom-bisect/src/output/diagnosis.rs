@@ -3,7 +3,7 @@
 //! that fit, and what became of each suspect of the forum thread. Every sentence restates a trial
 //! printed further down; nothing here is measured or guessed anew.
 
-use super::context::Context;
+use super::context::{Context, EXPANDABLE};
 use super::memory::Part;
 use crate::kinds::{self, AxisKind};
 use oom_search::{AxisVerdict, Diagnosis, FixResult, ModulesVerdict, Outcome};
@@ -237,18 +237,30 @@ fn what_fits(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
         .filter(|f| f.measurement.outcome == Outcome::Fits)
         .collect();
     fits.sort_by_key(|f| kinds::disruption(f));
+    // The allocator setting changes no line of the training: it comes first.
+    let allocator = cx.expandable().filter(|&(_, fits)| fits).map(|(need, _)| {
+        format!(
+            "{} (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; needs {}, replayed)",
+            EXPANDABLE,
+            fmt_bytes(need)
+        )
+    });
+    let changes: Vec<String> = allocator
+        .into_iter()
+        .chain(
+            fits.iter()
+                .map(|f| format!("{}{}", f.change, fix_figure(f))),
+        )
+        .collect();
     // A run without the fixes (`--axes`) has nothing to say of single changes: its boundaries do.
-    let mut out: Vec<String> = match (fits.is_empty(), d.fixes.is_empty()) {
+    let mut out: Vec<String> = match (changes.is_empty(), d.fixes.is_empty()) {
         (_, true) => vec![],
         (true, false) => {
             vec!["No single change tried makes it fit (the fixes below list each one).".into()]
         }
         (false, false) => vec![format!(
             "Single changes that make it fit, the least change to the training first: {}.",
-            fits.iter()
-                .map(|f| format!("{}{}", f.change, fix_figure(f)))
-                .collect::<Vec<_>>()
-                .join("; ")
+            changes.join("; ")
         )],
     };
     out.extend(fits.iter().filter_map(|f| diverged(f)));

@@ -2,7 +2,7 @@
 //! boundaries with measured peaks on both sides, where memory crosses the ceiling, the modules, the
 //! fixes that fit, the minimal failing configuration, and the line that reproduces it.
 
-use super::context::Context;
+use super::context::{Context, EXPANDABLE};
 use super::memory;
 use crate::kinds::AxisKind;
 use oom_search::{AxisSearch, AxisVerdict, Diagnosis, ModulesVerdict, Outcome, Probe};
@@ -214,6 +214,9 @@ fn cards(d: &Diagnosis, cx: &Context<'_>) -> String {
     for (f, need) in fixes {
         s += &format!("  with {}: {}\n", f.change, fits_on_text(need));
     }
+    if let Some((need, _)) = cx.expandable() {
+        s += &format!("  with {EXPANDABLE} (replayed): {}\n", fits_on_text(need));
+    }
     s
 }
 
@@ -375,6 +378,14 @@ fn fixes(d: &Diagnosis, cx: &Context<'_>) -> String {
             _ => super::outcome_cell(&f.measurement),
         };
         s += &format!("  {:<40} {cell}\n", f.change);
+    }
+    if let Some((need, fits)) = cx.expandable() {
+        let verdict = if fits { "fits " } else { "OOM  " };
+        s += &format!(
+            "  {EXPANDABLE:<40} {verdict}  needs {}, replayed from the original's stream with \
+             PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (not run)\n",
+            fmt_bytes(need)
+        );
     }
     s
 }

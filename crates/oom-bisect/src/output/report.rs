@@ -382,8 +382,8 @@ fn fixes(d: &Diagnosis, cx: &Context<'_>) -> String {
     if let Some((need, fits)) = cx.expandable() {
         let verdict = if fits { "fits " } else { "OOM  " };
         s += &format!(
-            "  {EXPANDABLE:<40} {verdict}  needs {}, replayed from the original's stream with \
-             PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (not run)\n",
+            "  {EXPANDABLE:<40} {verdict}  needs {}, the original's stream replayed with \
+             PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n",
             fmt_bytes(need)
         );
     }

@@ -1,7 +1,6 @@
 //! The allocator: segments split into blocks, two pools of free blocks, the cap and the retry.
 
-use crate::rules::{self, Pool};
-use crate::AllocConf;
+use crate::rules::{self, AllocConf, Pool};
 use alloc::collections::BTreeSet;
 use alloc::vec::Vec;
 

@@ -31,10 +31,4 @@ pub mod rules;
 pub use allocator::{Allocator, Block, BlockId, Device, OutOfMemory, SegmentId, Stats, Unbounded};
 pub use replay::{replay, replay_with, smallest_cap, smallest_cap_with, Event, Need, Replay};
 
-/// The allocator's settings that change its decisions (`PYTORCH_CUDA_ALLOC_CONF`); the default is
-/// PyTorch's.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AllocConf {
-    /// `expandable_segments:True`.
-    pub expandable_segments: bool,
-}
+pub use rules::AllocConf;

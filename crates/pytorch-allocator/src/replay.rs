@@ -1,8 +1,7 @@
 //! The replay of a recorded stream: one uncapped run answers "does it fit under C?" for every C.
 
 use crate::allocator::{Allocator, BlockId, OutOfMemory, Stats, Unbounded};
-use crate::rules::{round_size, segment_size, SEGMENT_GRANULE};
-use crate::AllocConf;
+use crate::rules::{round_size, segment_size, AllocConf, SEGMENT_GRANULE};
 use alloc::collections::BTreeMap;
 
 /// One request or release of a stream, in the order the program made them. `id` names the buffer

@@ -25,6 +25,14 @@ pub fn page_size(pool: Pool) -> u64 {
     }
 }
 
+/// The allocator's settings that change its decisions (`PYTORCH_CUDA_ALLOC_CONF`); the default is
+/// PyTorch's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AllocConf {
+    /// `expandable_segments:True`.
+    pub expandable_segments: bool,
+}
+
 /// The two pools: a freed block is only reused by a request of its own pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Pool {

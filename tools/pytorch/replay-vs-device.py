@@ -13,6 +13,12 @@ and brackets the smallest ceiling the device passes.
     python3 tools/pytorch/replay-vs-device.py --out /tmp/rvd --table   # the table again, from files
     python3 tools/pytorch/replay-vs-device.py --bin BIN --out /tmp/rvd --only R50 --jobs 1   # a subset, one at a time
 
+With `--expandable` the need is the replay's under `expandable_segments:True` (the same uncapped
+trace, replayed with that setting) and the capped runs set `PYTORCH_CUDA_ALLOC_CONF` to it: the check
+of the modelled setting against PyTorch's own.
+
+    python3 tools/pytorch/replay-vs-device.py --bin target/release/oom-bisect --out /tmp/rvd --expandable
+
 A run whose result is already in OUT is not repeated, so a second call finishes what the first left
 (`--deadline` seconds per call). Prints the table of docs/fidelity.md.
 """
@@ -59,19 +65,29 @@ def need(args, name, cfg, sets):
 
 
 def read_need(args, name):
-    """The need in OUT, in bytes, or None where its trial left none."""
+    """The need in OUT, in bytes (under `--expandable`, the replay's with that setting), or None
+    where its trial left none."""
+    key = "expandable_need_bytes" if args.expandable else "need_bytes"
     try:
-        return json.load(open(os.path.join(args.out, f"{slug(name)}.need.json")))["allocator"]["need_bytes"]
+        return json.load(open(os.path.join(args.out, f"{slug(name)}.need.json")))["allocator"][key]
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
+def point_path(args, name, ceiling):
+    """A capped run's file; those with expandable segments apart from the default's."""
+    return os.path.join(args.out, f"{slug(name)}.{'exp.' if args.expandable else ''}{ceiling}.json")
+
+
 def on_device(args, name, cfg, sets, ceiling):
     """The reference under `ceiling` bytes held by its cap: "fits", "OOM", or why neither."""
-    path = os.path.join(args.out, f"{slug(name)}.{ceiling}.json")
+    path = point_path(args, name, ceiling)
     if not os.path.exists(path):
         cmd = [sys.executable, sweep.REF, cfg, *sweep.sets_args(sets), "--memory-limit", str(ceiling), "--cap"]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        env = dict(os.environ)
+        if args.expandable:
+            env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
         verdict = {0: "fits", sweep.EXIT_OOM: "OOM"}.get(r.returncode, f"exit {r.returncode}")
         json.dump({"ceiling": ceiling, "verdict": verdict, "stderr": r.stderr[-2000:]}, open(path, "w"))
     return json.load(open(path))["verdict"]
@@ -103,7 +119,7 @@ def row(args, name, n):
     cells, agree, close, seen = [], 0, 0, 0
     passing, failing = None, None
     for off in OFFSETS:
-        path = os.path.join(args.out, f"{slug(name)}.{round(n * (1 + off))}.json")
+        path = point_path(args, name, round(n * (1 + off)))
         if not os.path.exists(path):
             cells.append("–")
             continue
@@ -151,6 +167,8 @@ def main():
     p.add_argument("--table", action="store_true", help="print the table from OUT, run nothing")
     p.add_argument("--jobs", type=int, default=3, help="runs at once on the card")
     p.add_argument("--deadline", type=float, default=540, help="seconds of measuring per call")
+    p.add_argument("--expandable", action="store_true",
+                   help="the replay and the runs with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
     p.add_argument("--only", action="append", default=[],
                    help="only the configurations whose name contains this (repeatable)")
     args = p.parse_args()

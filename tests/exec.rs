@@ -614,8 +614,9 @@ class cuda:
 const FIXED_TRACE: &str = r#"[("alloc", 1, 30 * MIB), ("alloc", 2, 12 * MIB),
            ("free_completed", 1, 30 * MIB), ("alloc", 3, 31 * MIB)]"#;
 
-/// `trial --exec` of a command that imports the stand-in torch, under `limit`.
-fn traced_trial(name: &str, limit: &str) -> (Output, Value) {
+/// `trial --exec` of a command that imports the stand-in torch, under `limit`, with `env` in its
+/// environment.
+fn traced_trial(name: &str, limit: &str, env: &[(&str, &str)]) -> (Output, Value) {
     let d = tmp(name);
     std::fs::create_dir_all(d.join("fake/torch")).unwrap();
     write(
@@ -634,18 +635,19 @@ fn traced_trial(name: &str, limit: &str) -> (Output, Value) {
         limit,
     ];
     let args = [&args[..], &["--json", j.to_str().unwrap()]].concat();
+    let path = [("PYTHONPATH", fake.to_str().unwrap())];
     let o = run_exec(
         &d,
         &args,
         "python3 -c 'import torch'",
-        &[("PYTHONPATH", fake.to_str().unwrap())],
+        &[&path[..], env].concat(),
     );
     (o, json_if_written(&j))
 }
 
 #[test]
 fn a_pytorch_commands_allocator_trace_is_replayed_without_touching_its_script() {
-    let (o, r) = traced_trial("traced-fits", "44MiB");
+    let (o, r) = traced_trial("traced-fits", "44MiB", &[]);
     assert_eq!(code(&o), 0, "{}", text(&o));
     let a = &r["allocator"];
     assert_eq!(a["need_bytes"], 44u64 << 20, "{r}");
@@ -657,13 +659,43 @@ fn a_pytorch_commands_allocator_trace_is_replayed_without_touching_its_script() 
     assert!(a["source"].as_str().unwrap().contains("trace"), "{a}");
     assert!(text(&o).contains("needs 44.0 MiB"), "{}", text(&o));
     // A MiB less: the command itself ended well (the CPU enforces nothing), the replay says OOM.
-    let (o, r) = traced_trial("traced-oom", "43MiB");
+    let (o, r) = traced_trial("traced-oom", "43MiB", &[]);
     assert_eq!(code(&o), 3, "{}", text(&o));
     assert_eq!(r["outcome"], "oom");
     assert!(
         r["oom"]["message"].as_str().unwrap().contains("replaying"),
         "{r}"
     );
+}
+
+/// The replay follows the command's allocator settings: under `expandable_segments:True` the same
+/// trace needs 72 MiB (pages of 20 MiB; the third request's own 32 MiB segment checked against what
+/// stays mapped), and a setting it does not model leaves the trace unreplayed (the holder says why
+/// on its stderr): the command's own readings stand.
+#[test]
+fn a_trace_is_replayed_as_the_commands_allocator_is_configured() {
+    let conf = "PYTORCH_CUDA_ALLOC_CONF";
+    let (o, r) = traced_trial(
+        "traced-expandable",
+        "80MiB",
+        &[(conf, "expandable_segments:True")],
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let a = &r["allocator"];
+    assert_eq!(a["need_bytes"], 72u64 << 20, "{r}");
+    assert_eq!(a["expandable_need_bytes"], 72u64 << 20, "{r}");
+    assert!(a["source"].as_str().unwrap().contains("expandable"), "{a}");
+    assert_eq!(a["expandable_segments"], true);
+    let (o, r) = traced_trial("traced-default", "80MiB", &[]);
+    assert_eq!(r["allocator"]["need_bytes"], 44u64 << 20, "{}", text(&o));
+    assert_eq!(r["allocator"]["expandable_need_bytes"], 72u64 << 20);
+    let (o, r) = traced_trial(
+        "traced-unmodelled",
+        "80MiB",
+        &[(conf, "max_split_size_mb:128")],
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    assert!(r["allocator"].is_null(), "{r}");
 }
 
 /// A served bisect over `command` (the toy config under 80 MiB, batch axis): its output and JSON.

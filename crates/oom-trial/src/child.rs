@@ -301,6 +301,7 @@ impl Meter {
             self.ceiling(),
             held,
             streams,
+            pytorch_allocator::AllocConf::default(),
         ))
     }
 

@@ -430,8 +430,16 @@ impl Watched {
                 return;
             }
         };
+        if !traced.unmodelled.is_empty() {
+            eprintln!(
+                "oom-bisect __trial: the command's allocator is set with {}, which the replay does \
+                 not model: its trace is not replayed, the device's readings stand",
+                traced.unmodelled.join(", ")
+            );
+            return;
+        }
         let on_device = self.held.backend == BackendKind::Cuda;
-        let reserved = pytorch_allocator::replay(&traced.events, None)
+        let reserved = pytorch_allocator::replay_with(&traced.events, None, traced.conf)
             .stats
             .peak_reserved;
         let outside = match on_device {
@@ -444,8 +452,12 @@ impl Watched {
             self.held.start.1,
             on_device,
             traced.streams,
+            traced.conf,
         );
-        r.source = Some("PyTorch's allocator trace of your command".into());
+        r.source = Some(match traced.conf.expandable_segments {
+            true => "PyTorch's allocator trace of your command (expandable_segments:True)".into(),
+            false => "PyTorch's allocator trace of your command".into(),
+        });
         emit(&ChildEvent::Replayed(r));
     }
 

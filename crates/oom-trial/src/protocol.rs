@@ -425,6 +425,10 @@ pub struct Replayed {
     /// expandable_segments:True` (replayed, not run), plus the bytes before the stream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expandable_need_bytes: Option<u64>,
+    /// The stream was replayed with expandable segments throughout (a `--exec` command that set
+    /// them): every figure above is under them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expandable_segments: bool,
 }
 
 fn one() -> u32 {

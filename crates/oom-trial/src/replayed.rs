@@ -3,22 +3,24 @@
 //! verdict under the trial's own ceiling.
 
 use crate::protocol::{FailedRequest, Replayed};
-use pytorch_allocator::{replay, smallest_cap, smallest_cap_with, AllocConf, Event};
+use pytorch_allocator::{replay_with, smallest_cap_with, AllocConf, Event};
 
 /// Replays `stream`, noted after the device held `before` bytes, against a ceiling of `ceiling`
-/// bytes (the allocator's cap is what the ceiling leaves after `before`).
+/// bytes (the allocator's cap is what the ceiling leaves after `before`), with the allocator
+/// configured as `conf` says (a built-in trial's: PyTorch's default).
 pub fn replayed(
     stream: &[Event],
     before: u64,
     ceiling: u64,
     device_held_ceiling: bool,
     streams: u32,
+    conf: AllocConf,
 ) -> Replayed {
-    let need = smallest_cap(stream);
+    let need = smallest_cap_with(stream, conf);
     let expandable = AllocConf {
         expandable_segments: true,
     };
-    let at_ceiling = replay(stream, Some(ceiling.saturating_sub(before)));
+    let at_ceiling = replay_with(stream, Some(ceiling.saturating_sub(before)), conf);
     Replayed {
         events: stream.len(),
         need_bytes: before + need.cap,
@@ -36,6 +38,7 @@ pub fn replayed(
         streams,
         source: None,
         expandable_need_bytes: Some(before + smallest_cap_with(stream, expandable).cap),
+        expandable_segments: conf.expandable_segments,
     }
 }
 
@@ -62,7 +65,14 @@ mod tests {
                 size: 31 * MIB,
             },
         ];
-        let r = replayed(&stream, 500 * MIB, 543 * MIB, false, 1);
+        let r = replayed(
+            &stream,
+            500 * MIB,
+            543 * MIB,
+            false,
+            1,
+            AllocConf::default(),
+        );
         assert_eq!(r.need_bytes, 544 * MIB);
         assert_eq!(r.reserved_bytes, 574 * MIB);
         assert_eq!((r.allocated_bytes, r.retries), (44 * MIB, 1));
@@ -77,7 +87,15 @@ mod tests {
             (3, 31 * MIB, 12 * MIB)
         );
         assert_eq!(
-            replayed(&stream, 500 * MIB, 544 * MIB, false, 1).fails_at,
+            replayed(
+                &stream,
+                500 * MIB,
+                544 * MIB,
+                false,
+                1,
+                AllocConf::default()
+            )
+            .fails_at,
             None
         );
     }

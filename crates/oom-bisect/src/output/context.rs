@@ -100,10 +100,12 @@ impl Context<'_> {
     }
 
     /// The original's need under `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`, replayed
-    /// from its stream (nothing ran with it), and whether that fits the ceiling.
+    /// from its stream (nothing ran with it), and whether that fits the ceiling; nothing where
+    /// the original ran with them (a `--exec` command that sets them).
     pub fn expandable(&self) -> Option<(u64, bool)> {
         let (r, _) = self.whole_run()?;
-        let need = r.allocator.as_ref()?.expandable_need_bytes?;
+        let a = r.allocator.as_ref().filter(|a| !a.expandable_segments)?;
+        let need = a.expandable_need_bytes?;
         Some((need, self.ceiling.is_none_or(|c| need <= c)))
     }
 }

@@ -68,9 +68,17 @@ def _write(torch):
             [t["action"], t.get("addr", t.get("device_free", 0)), t.get("size", 0), t.get("stream", 0)]
             for t in new
         ]
+        # The allocator's settings decide how it holds the events: the replay follows them.
+        settings = snapshot.get("allocator_settings") or {}
+        conf = [os.environ.get(v, "") for v in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")]
+        trace = {
+            "events": events,
+            "alloc_conf": ",".join(c for c in conf if c),
+            "expandable_segments": settings.get("expandable_segments"),
+        }
         tmp = _OUT + ".part"
         with open(tmp, "w") as f:
-            json.dump({"events": events}, f)
+            json.dump(trace, f)
         os.replace(tmp, _OUT)
     except Exception as e:
         print(f"oom-bisect: the allocator trace could not be written ({e})", file=sys.stderr)

@@ -268,18 +268,8 @@ impl Allocator {
         if !device.allocate(SegmentId(segment), size) {
             return None;
         }
-        let addr = self.place_segment(segment, size);
         self.reserve(size);
-        Some(self.new_block(BlockState {
-            addr,
-            size,
-            segment,
-            prev: None,
-            next: None,
-            allocated: false,
-            pool,
-            mapped: true,
-        }))
+        Some(self.open_segment(segment, size, pool, true))
     }
 
     fn next_segment(&self) -> u32 {
@@ -290,8 +280,8 @@ impl Allocator {
     }
 
     /// Gives `segment` (from [`Self::next_segment`]) `size` bytes of address space below the
-    /// last segment's; returns its address.
-    fn place_segment(&mut self, segment: u32, size: u64) -> u64 {
+    /// last segment's, held by one block not in use (`mapped` or not); returns that block.
+    fn open_segment(&mut self, segment: u32, size: u64, pool: Pool, mapped: bool) -> u32 {
         if self.vacant_segments.last() == Some(&segment) {
             self.vacant_segments.pop();
         }
@@ -304,7 +294,16 @@ impl Allocator {
             None => self.segments.push(Some(state)),
         }
         self.stats.segments += 1;
-        state.addr
+        self.new_block(BlockState {
+            addr: state.addr,
+            size,
+            segment,
+            prev: None,
+            next: None,
+            allocated: false,
+            pool,
+            mapped,
+        })
     }
 
     fn reserve(&mut self, bytes: u64) {
@@ -344,18 +343,7 @@ impl Allocator {
             return c;
         }
         let size = rules::page_size(pool) * EXPANDABLE_PAGES;
-        let segment = self.next_segment();
-        let addr = self.place_segment(segment, size);
-        let id = self.new_block(BlockState {
-            addr,
-            size,
-            segment,
-            prev: None,
-            next: None,
-            allocated: false,
-            pool,
-            mapped: false,
-        });
+        let id = self.open_segment(self.next_segment(), size, pool, false);
         self.shelve(id);
         id
     }

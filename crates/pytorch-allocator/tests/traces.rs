@@ -237,6 +237,13 @@ fn expandable_segments_replay_as_pytorch_holds_them() {
         );
         assert_eq!(capped, (bytes(5), bytes(6), bytes(7)), "{file}: capped");
         let (fixed, grown) = (smallest_cap(&events), smallest_cap_with(&events, conf));
+        let gib = |b: u64| b as f64 / GIB;
+        eprintln!(
+            "{file}: needs {:.2} GiB, {:.2} with expandable segments (peak allocated {:.2})",
+            gib(fixed.cap),
+            gib(grown.cap),
+            gib(fixed.at_cap.stats.peak_allocated)
+        );
         assert!(grown.cap < fixed.cap, "{file}");
         assert!(grown.at_cap.fits());
         assert!(!replay_with(&events, Some(grown.cap - 1), conf).fits());

@@ -52,7 +52,14 @@ pub fn resize<B: Backend>(x: Tensor<B, 4>, size: [usize; 2]) -> Tensor<B, 4> {
 }
 
 /// The `[out, in]` linear interpolation matrix on `device`, in f32.
+///
+/// The device first finishes what was queued before. burn-fusion sends a tensor made from host data
+/// to the device from the calling thread, while its own thread still sends the queued operations:
+/// without the wait, where the matrix's request falls among theirs depends on timing, and so does
+/// the stream of requests a trial replays (it differed run to run by the matrices' place).
 fn interpolation<B: Backend>(out: usize, inp: usize, device: &B::Device) -> Tensor<B, 2> {
+    // A failed sync is the device's failure, which the next operation reports.
+    let _ = B::sync(device);
     Tensor::from_data(
         TensorData::new(interpolation_matrix(out, inp), [out, inp]),
         device,

@@ -17,6 +17,9 @@ use burn::tensor::backend::AutodiffBackend;
 pub struct LossScale {
     scale: f64,
     good_steps: usize,
+    /// Whether values read back were computed; a stream-only trial computes none
+    /// ([`LossScale::reads_not_computed`]).
+    computed: bool,
 }
 
 impl LossScale {
@@ -29,7 +32,15 @@ impl LossScale {
         LossScale {
             scale: Self::INITIAL,
             good_steps: 0,
+            computed: true,
         }
+    }
+
+    /// What is read back was not computed (a stream-only trial, whose reads are zeros): the
+    /// overflow check is still read, as on a device, and the step takes the path of finite
+    /// gradients, as a training run's steps do but for the rare overflow.
+    pub fn reads_not_computed(&mut self) {
+        self.computed = false;
     }
 
     pub fn scale(&self) -> f64 {
@@ -50,7 +61,9 @@ impl LossScale {
             finite: None,
         };
         model.visit(&mut u);
-        let finite = u.finite.is_none_or(|f| f.into_scalar().to_bool());
+        let finite = u
+            .finite
+            .is_none_or(|f| f.into_scalar().to_bool() || !self.computed);
         if !finite {
             self.scale *= Self::BACKOFF;
             self.good_steps = 0;

@@ -223,6 +223,15 @@ impl<B: AutodiffBackend + PytorchOps> Trainer<B> {
         model
     }
 
+    /// The device computes nothing that is read back (a stream-only trial): where a value read
+    /// back decides what a step does (the loss scaler's overflow check), the step takes the
+    /// normal path. Steps still read every value back, so that they ask for the same buffers.
+    pub fn reads_not_computed(&mut self) {
+        if let Some(s) = &mut self.scaler {
+            s.reads_not_computed();
+        }
+    }
+
     pub fn model(&self) -> &DeepLabV3Plus<B> {
         self.model.as_ref().expect("model present between steps")
     }

@@ -122,11 +122,27 @@ pub struct DeviceArgs {
     /// ballast]
     #[arg(long, value_enum, value_name = "HOW")]
     pub ceiling_by: Option<CeilingByArg>,
+    /// What decides the built-in CUDA trials' verdicts: `certified` (the search runs on
+    /// stream-only trials: each issues the training exactly as on the GPU, with nothing computed
+    /// and no device memory taken, and its stream of requests is replayed through PyTorch's
+    /// caching allocator; then the GPU runs, under the real ceiling, every verdict the report
+    /// rests on), `stream` (stream-only trials alone; without a GPU, for the card --gpu names)
+    /// or `device` (every trial on the GPU) [default: certified on a GPU; stream without one when
+    /// --gpu names a card]
+    #[arg(long, value_enum, value_name = "certified|stream|device", conflicts_with_all = ["exec", "estimate"])]
+    pub evidence: Option<EvidenceArg>,
     /// Answer every trial from the model's memory estimate instead of training it: the whole
     /// diagnosis in seconds on any machine, under any ceiling, labelled as an estimate (its
     /// accuracy against an H200: docs/estimate.md). Confirm it on a GPU without this flag
     #[arg(long, alias = "fake-trials")]
     pub estimate: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EvidenceArg {
+    Certified,
+    Stream,
+    Device,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -104,7 +104,7 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     // A served worker with a spare starts its command ahead, for the original's ceiling.
     let serve = (st.device.serve != oom_trial::Serves::No).then(|| {
         (
-            crate::oracle::request(&w.config, &st.device, None),
+            crate::oracle::request(&w.config, &st.device, st.device.engine.clone(), None),
             st.device.serve,
         )
     });
@@ -505,7 +505,7 @@ pub fn trial(args: &TrialArgs) -> Result<i32> {
         Some(_) => w.config.clone(),
         None => w.config.measuring_need(),
     };
-    let req = request(&config, &device, fault);
+    let req = request(&config, &device, device.trial_engine(), fault);
     // Served, the command gets its trial as a served one: a check of its side of the protocol.
     // One trial gains nothing from a command that serves: served only where asked for, as a
     // check of the command's side; otherwise in a process of its own, whose peak is its largest

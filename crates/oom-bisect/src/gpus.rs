@@ -14,7 +14,26 @@ pub struct Card {
     /// What CUDA reports, GiB to two places, where a report was found.
     pub cuda_gib: Option<f64>,
     pub source: &'static str,
+    /// What the host asks of the card to choose its kernels: a stream-only trial without a GPU is
+    /// issued for a card of these properties (`oom_trial::card`).
+    pub spec: Spec,
 }
+
+/// A card's architecture as its specification gives it (NVIDIA's tables of compute capabilities
+/// and of each product): what decides which kernels, and so which buffers, a step asks for.
+pub struct Spec {
+    pub compute_capability: (u32, u32),
+    pub multiprocessors: u32,
+    /// The most shared memory one block may opt into, in bytes (227 KiB on Hopper, 163 KiB on the
+    /// A100, 99 KiB on the other Ampere, Ada and consumer Blackwell cards, 96 KiB on Volta, 64
+    /// KiB on Turing).
+    pub max_shared_memory_per_block: u64,
+}
+
+/// What a trial's CUDA context holds, where no card of this host measured it: what the card probe
+/// measured on an H100 80GB HBM3 with driver 580 (docs/fidelity.md, "Stream-only trials"). Other
+/// cards and drivers differ by tens of MiB, which a stream-only trial without a GPU says.
+pub const ASSUMED_CONTEXT: u64 = 518 << 20;
 
 impl Card {
     /// The card's ceiling in bytes.
@@ -37,6 +56,11 @@ pub const GPUS: &[Card] = &[
         8,
         Some(7.78),
         "github.com/akshitac8/OW-DETR/issues/46",
+        Spec {
+            compute_capability: (8, 6),
+            multiprocessors: 46,
+            max_shared_memory_per_block: 101376,
+        },
     ),
     card(
         "rtx4060",
@@ -45,6 +69,11 @@ pub const GPUS: &[Card] = &[
         8,
         Some(7.75),
         "github.com/ESRSchao/EdgeRegNet/issues/2",
+        Spec {
+            compute_capability: (8, 9),
+            multiprocessors: 24,
+            max_shared_memory_per_block: 101376,
+        },
     ),
     card(
         "rtx3080",
@@ -53,6 +82,11 @@ pub const GPUS: &[Card] = &[
         10,
         Some(9.78),
         "github.com/zai-org/CogVideo/issues/34",
+        Spec {
+            compute_capability: (8, 6),
+            multiprocessors: 68,
+            max_shared_memory_per_block: 101376,
+        },
     ),
     card(
         "rtx3060",
@@ -61,6 +95,11 @@ pub const GPUS: &[Card] = &[
         12,
         None,
         BOX,
+        Spec {
+            compute_capability: (8, 6),
+            multiprocessors: 28,
+            max_shared_memory_per_block: 101376,
+        },
     ),
     card(
         "rtx4070",
@@ -69,6 +108,11 @@ pub const GPUS: &[Card] = &[
         12,
         None,
         BOX,
+        Spec {
+            compute_capability: (8, 9),
+            multiprocessors: 46,
+            max_shared_memory_per_block: 101376,
+        },
     ),
     card(
         "t4",
@@ -77,6 +121,11 @@ pub const GPUS: &[Card] = &[
         16,
         Some(14.75),
         "github.com/hpcaitech/Open-Sora/issues/697",
+        Spec {
+            compute_capability: (7, 5),
+            multiprocessors: 40,
+            max_shared_memory_per_block: 65536,
+        },
     ),
     card(
         "rtx4060ti",
@@ -85,6 +134,11 @@ pub const GPUS: &[Card] = &[
         16,
         None,
         BOX,
+        Spec {
+            compute_capability: (8, 9),
+            multiprocessors: 34,
+            max_shared_memory_per_block: 101376,
+        },
     ),
     card(
         "rtx4080",
@@ -93,8 +147,20 @@ pub const GPUS: &[Card] = &[
         16,
         None,
         BOX,
+        Spec {
+            compute_capability: (8, 9),
+            multiprocessors: 76,
+            max_shared_memory_per_block: 101376,
+        },
     ),
-    card("v100-16", &["v100"], "NVIDIA V100 16 GB", 16, None, BOX),
+    card(
+        "v100-16", &["v100"], "NVIDIA V100 16 GB", 16, None, BOX,
+        Spec {
+            compute_capability: (7, 0),
+            multiprocessors: 80,
+            max_shared_memory_per_block: 98304,
+        },
+    ),
     card(
         "l4",
         &[],
@@ -102,6 +168,11 @@ pub const GPUS: &[Card] = &[
         24,
         Some(22.03),
         "github.com/ArcInstitute/evo2/issues/190",
+        Spec {
+            compute_capability: (8, 9),
+            multiprocessors: 58,
+            max_shared_memory_per_block: 101376,
+        },
     ),
     card(
         "rtx4090",
@@ -110,6 +181,11 @@ pub const GPUS: &[Card] = &[
         24,
         Some(23.64),
         "github.com/3DTopia/Phidias-Diffusion/issues/8",
+        Spec {
+            compute_capability: (8, 9),
+            multiprocessors: 128,
+            max_shared_memory_per_block: 101376,
+        },
     ),
     card(
         "rtx3090",
@@ -118,6 +194,11 @@ pub const GPUS: &[Card] = &[
         24,
         Some(23.70),
         "github.com/GaoLii/DSP/issues/10",
+        Spec {
+            compute_capability: (8, 6),
+            multiprocessors: 82,
+            max_shared_memory_per_block: 101376,
+        },
     ),
     card(
         "a10",
@@ -126,6 +207,11 @@ pub const GPUS: &[Card] = &[
         24,
         Some(23.70),
         "github.com/tatsu-lab/stanford_alpaca/issues/76",
+        Spec {
+            compute_capability: (8, 6),
+            multiprocessors: 72,
+            max_shared_memory_per_block: 101376,
+        },
     ),
     card(
         "rtx5090",
@@ -134,6 +220,11 @@ pub const GPUS: &[Card] = &[
         32,
         Some(31.37),
         "github.com/Wan-Video/Wan2.1/issues/465",
+        Spec {
+            compute_capability: (12, 0),
+            multiprocessors: 170,
+            max_shared_memory_per_block: 101376,
+        },
     ),
     card(
         "v100-32",
@@ -142,6 +233,11 @@ pub const GPUS: &[Card] = &[
         32,
         Some(31.74),
         "github.com/haotian-liu/LLaVA/issues/812",
+        Spec {
+            compute_capability: (7, 0),
+            multiprocessors: 80,
+            max_shared_memory_per_block: 98304,
+        },
     ),
     card(
         "a100-40",
@@ -150,6 +246,11 @@ pub const GPUS: &[Card] = &[
         40,
         Some(39.50),
         "github.com/TianheWu/CoSeR/issues/10",
+        Spec {
+            compute_capability: (8, 0),
+            multiprocessors: 108,
+            max_shared_memory_per_block: 166912,
+        },
     ),
     card(
         "l40",
@@ -158,6 +259,11 @@ pub const GPUS: &[Card] = &[
         48,
         Some(44.40),
         "github.com/QwenLM/Qwen3-VL/issues/2097",
+        Spec {
+            compute_capability: (8, 9),
+            multiprocessors: 142,
+            max_shared_memory_per_block: 101376,
+        },
     ),
     card(
         "a100-80",
@@ -166,8 +272,20 @@ pub const GPUS: &[Card] = &[
         80,
         Some(79.25),
         "github.com/levihsu/OOTDiffusion/issues/235",
+        Spec {
+            compute_capability: (8, 0),
+            multiprocessors: 108,
+            max_shared_memory_per_block: 166912,
+        },
     ),
-    card("h100", &["h100-80"], "NVIDIA H100 80 GB", 80, None, BOX),
+    card(
+        "h100", &["h100-80"], "NVIDIA H100 80 GB", 80, None, BOX,
+        Spec {
+            compute_capability: (9, 0),
+            multiprocessors: 132,
+            max_shared_memory_per_block: 232448,
+        },
+    ),
     card(
         "h200",
         &[],
@@ -175,6 +293,11 @@ pub const GPUS: &[Card] = &[
         141,
         Some(139.80),
         "torch.cuda.get_device_properties on the H200 this project measures on",
+        Spec {
+            compute_capability: (9, 0),
+            multiprocessors: 132,
+            max_shared_memory_per_block: 232448,
+        },
     ),
 ];
 
@@ -186,6 +309,7 @@ const fn card(
     box_gib: u32,
     cuda_gib: Option<f64>,
     source: &'static str,
+    spec: Spec,
 ) -> Card {
     Card {
         name,
@@ -194,6 +318,25 @@ const fn card(
         box_gib,
         cuda_gib,
         source,
+        spec,
+    }
+}
+
+impl Card {
+    /// The card as a stream-only trial without a GPU takes it: its specification, its memory as
+    /// CUDA reports it, and an assumed context.
+    pub fn props(&self) -> oom_trial::card::CardProps {
+        oom_trial::card::CardProps::specified(
+            self.desc,
+            self.spec.compute_capability,
+            self.bytes(),
+            self.spec.multiprocessors,
+            self.spec.max_shared_memory_per_block,
+            (
+                ASSUMED_CONTEXT,
+                "assumed: 518 MiB, what an H100 80GB HBM3 with driver 580 holds",
+            ),
+        )
     }
 }
 

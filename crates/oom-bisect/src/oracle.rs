@@ -12,13 +12,18 @@ use oom_trial::{Fault, Pool, Request, TrialOutcome, TrialReport};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// The request that runs `config` on `device`.
-pub fn request(config: &Config, device: &DeviceSettings, fault: Option<Fault>) -> Request {
+/// The request that runs `config` on `device` with `engine`.
+pub fn request(
+    config: &Config,
+    device: &DeviceSettings,
+    engine: oom_trial::Engine,
+    fault: Option<Fault>,
+) -> Request {
     Request {
         config: config.to_full_toml_string(),
         backend: device.backend,
         ceiling: device.ceiling,
-        engine: device.engine.clone(),
+        engine,
         fault,
         timeout_seconds: None,
         switches: device.switches.clone(),
@@ -129,7 +134,7 @@ impl TrialOracle<'_> {
             config = config.measuring_need();
         }
         let mut key = config.canonical_key();
-        let mut req = request(&config, self.device, None);
+        let mut req = request(&config, self.device, self.device.search_engine(), None);
         // A re-run (a confirmation, a retry after an error) runs in a fresh process, never in a
         // served command that has run other trials.
         req.fresh = attempt > 0;

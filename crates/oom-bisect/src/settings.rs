@@ -4,7 +4,7 @@
 
 mod ceiling;
 
-use crate::cli::{BackendArg, BisectArgs, ConfigArgs, DeviceArgs, ServeArg, Step};
+use crate::cli::{BackendArg, BisectArgs, ConfigArgs, DeviceArgs, EvidenceArg, ServeArg, Step};
 use crate::dispatch::{Dispatch, Placement};
 use crate::exit_codes::{self as code, user};
 use anyhow::Result;
@@ -84,8 +84,20 @@ pub struct DeviceSettings {
     pub ceiling_by: CeilingBy,
     /// Whether the `--exec` command serves trials in one process per worker (`--serve`).
     pub serve: Serves,
+    /// The search on stream-only trials (`--evidence certified|stream`), or `None`: every trial
+    /// runs as `engine` says.
+    pub streams: Option<Streams>,
     /// What the user should hear about how this was resolved (a fallback to the CPU, no ceiling).
     pub notes: Vec<String>,
+}
+
+/// The search on stream-only trials: the card they are issued for (this host's, probed, or the
+/// one `--gpu` names where there is no GPU), and whether the GPU certifies the verdicts the report
+/// rests on.
+#[derive(Debug, Clone)]
+pub struct Streams {
+    pub card: oom_trial::card::CardProps,
+    pub certify: bool,
 }
 
 impl DeviceSettings {
@@ -99,17 +111,22 @@ impl DeviceSettings {
         };
         let switches = Switches::from_config(&config.device).map_err(|e| user(code::USAGE, e))?;
         let mut notes = vec![];
-        let (backend, device_name) = resolve_backend(args, config, &engine, &mut notes)?;
         let (ceiling, given) = choose_ceiling(&args.ceiling, config)?;
         notes.extend(given.as_ref().and_then(|g| g.decimal_warning(ceiling)));
         let card = given.as_ref().and_then(|g| g.card());
         let ceiling_arg = given.map(|g| g.arg);
+        let (backend, device_name) = resolve_backend(args, config, &engine, card, &mut notes)?;
+        let streams = resolve_streams(args.evidence, config, &engine, backend, &device_name, card)?;
+        let virtual_total = streams
+            .as_ref()
+            .filter(|_| device_name.is_none())
+            .map(|s| s.card.total_bytes);
         let (ceiling, ceiling_bytes) = check_ceiling(
             ceiling,
             card.is_some(),
             backend,
             &engine,
-            device_name.as_deref(),
+            (device_name.as_deref(), virtual_total),
             &mut notes,
         )?;
         if backend == BackendKind::Cpu && ceiling == Ceiling::None {
@@ -132,6 +149,7 @@ impl DeviceSettings {
             serve: serves(args.serve, &engine),
             engine,
             switches,
+            streams,
             notes,
         })
     }
@@ -169,7 +187,7 @@ impl DeviceSettings {
             Engine::Exec { command } => {
                 parts.push(format!("--exec {}", crate::output::shell_word(command)))
             }
-            Engine::Train => {}
+            Engine::Train | Engine::Stream { .. } | Engine::Card => {}
         }
         match self.serve {
             Serves::Yes => parts.push("--serve on".into()),
@@ -177,6 +195,25 @@ impl DeviceSettings {
             _ => {}
         }
         parts.join(" ")
+    }
+
+    /// What answers the search's trials: stream-only trials where `--evidence` asks for them,
+    /// else the engine.
+    pub fn search_engine(&self) -> Engine {
+        match &self.streams {
+            Some(s) => Engine::Stream {
+                card: s.card.clone(),
+            },
+            None => self.engine.clone(),
+        }
+    }
+
+    /// What answers `trial`'s one trial: the device where it would certify, else as the search.
+    pub fn trial_engine(&self) -> Engine {
+        match &self.streams {
+            Some(s) if s.certify => self.engine.clone(),
+            _ => self.search_engine(),
+        }
     }
 
     /// The user's command when it answers the trials (`--exec`).
@@ -224,10 +261,12 @@ fn check_exec(command: &str) -> Result<String> {
 }
 
 /// The backend: the flag, else the file, else CUDA when a device answers (else the CPU, saying so).
+/// CUDA without a device is a virtual card: the one `card` names, for stream-only trials.
 fn resolve_backend(
     args: &DeviceArgs,
     config: &Config,
     engine: &Engine,
+    card: Option<&'static crate::gpus::Card>,
     notes: &mut Vec<String>,
 ) -> Result<(BackendKind, Option<String>)> {
     let wanted = match (args.backend, config.device.backend.as_deref()) {
@@ -239,16 +278,92 @@ fn resolve_backend(
         // The estimate runs nowhere: no device to find.
         return Ok((wanted.unwrap_or(BackendKind::Cpu), None));
     }
+    let streams_wanted = args.evidence != Some(EvidenceArg::Device) && *engine == Engine::Train;
     match (wanted, oom_trial::cuda_device()) {
         (Some(BackendKind::Cpu), _) => Ok((BackendKind::Cpu, None)),
         (_, Ok(name)) => Ok((BackendKind::Cuda, Some(name))),
+        (Some(BackendKind::Cuda), Err(e)) if streams_wanted && card.is_some() => {
+            notes.push(format!(
+                "no CUDA device ({e}): every trial is issued for a virtual {} (stream only: \
+                 nothing is computed, each verdict is its stream of requests replayed through \
+                 PyTorch's caching allocator, none is certified on a GPU)",
+                card.map(|c| c.desc).unwrap_or_default()
+            ));
+            Ok((BackendKind::Cuda, None))
+        }
         (Some(BackendKind::Cuda), Err(e)) => Err(user(
             code::NO_DEVICE,
-            format!("no CUDA device available ({e}); run on the CPU backend with --backend cpu"),
+            format!(
+                "no CUDA device available ({e}); run on the CPU backend with --backend cpu, or \
+                 name a card with --gpu NAME to issue the trials for a virtual card of it \
+                 (stream only)"
+            ),
         )),
         (None, Err(e)) => {
             notes.push(format!("no CUDA device ({e}); using the CPU backend"));
             Ok((BackendKind::Cpu, None))
+        }
+    }
+}
+
+/// Whether the search runs on stream-only trials (`--evidence`), for which card, and whether the
+/// GPU certifies: on a GPU this host's card (read by a probe), without one the card `--gpu`
+/// names. Only built-in CUDA trials under the `pytorch` memory model have a stream to replay.
+fn resolve_streams(
+    arg: Option<EvidenceArg>,
+    config: &Config,
+    engine: &Engine,
+    backend: BackendKind,
+    device_name: &Option<String>,
+    card: Option<&'static crate::gpus::Card>,
+) -> Result<Option<Streams>> {
+    let eligible = *engine == Engine::Train
+        && backend == BackendKind::Cuda
+        && config.device.memory_model() == MemoryModel::Pytorch;
+    let wanted = arg.unwrap_or(EvidenceArg::Certified);
+    match (wanted, eligible, device_name) {
+        (EvidenceArg::Device, _, _) => Ok(None),
+        (_, false, _) if arg.is_none() => Ok(None),
+        (_, false, _) => Err(user(
+            code::USAGE,
+            "--evidence certified|stream: stream-only trials are the built-in trials on the cuda \
+             backend under the pytorch memory model (the stream they replay is PyTorch's \
+             allocator's); this run has none"
+                .to_string(),
+        )),
+        (EvidenceArg::Certified, true, None) if arg.is_some() => Err(user(
+            code::NO_DEVICE,
+            "--evidence certified runs the report's verdicts on a GPU, and none is here; \
+             --evidence stream issues every trial for the card --gpu names"
+                .to_string(),
+        )),
+        (_, true, None) => {
+            let card = card.ok_or_else(|| {
+                user(
+                    code::NO_DEVICE,
+                    "stream-only trials without a GPU are issued for a card: name it with --gpu \
+                     NAME (--gpu help lists them)"
+                        .to_string(),
+                )
+            })?;
+            Ok(Some(Streams {
+                card: card.props(),
+                certify: false,
+            }))
+        }
+        (_, true, Some(_)) => {
+            let exe = std::env::current_exe()
+                .map_err(|e| user(code::NO_DEVICE, format!("cannot find this program: {e}")))?;
+            let card = oom_trial::card::probe(&exe, None).map_err(|e| {
+                user(
+                    code::NO_DEVICE,
+                    format!("{e:#}; --evidence device runs every trial on the GPU without it"),
+                )
+            })?;
+            Ok(Some(Streams {
+                card,
+                certify: wanted == EvidenceArg::Certified,
+            }))
         }
     }
 }

@@ -174,6 +174,9 @@ pub fn main(request: &str) -> i32 {
             return exit::INCONCLUSIVE;
         }
     };
+    if req.engine == Engine::Card {
+        return crate::card::answer_probe();
+    }
     if req.engine == Engine::Estimate {
         crate::estimated::pretend_to_train();
         let answer = crate::estimated::answer(&req);
@@ -212,6 +215,15 @@ enum Meter {
         peak: u64,
         replay: bool,
     },
+    /// A virtual card (`Engine::Stream`): the pools' own figures are the device's, as PyTorch's
+    /// allocator reserves without a cap, on top of the card's context.
+    #[cfg(feature = "cuda")]
+    Stream {
+        device: burn_cuda::CudaDevice,
+        ceiling_bytes: u64,
+        context_bytes: u64,
+        peak: u64,
+    },
 }
 
 impl Meter {
@@ -238,6 +250,22 @@ impl Meter {
                 *peak = (*peak).max(used);
                 (in_use, used)
             }
+            #[cfg(feature = "cuda")]
+            Meter::Stream {
+                device,
+                context_bytes,
+                peak,
+                ..
+            } => {
+                use cubecl::Runtime;
+                let usage = cubecl::cuda::CudaRuntime::client(device).memory_usage();
+                let (in_use, reserved) = usage
+                    .map(|u| (u.bytes_in_use, u.bytes_reserved))
+                    .unwrap_or((0, 0));
+                let used = *context_bytes + reserved;
+                *peak = (*peak).max(used);
+                (in_use, used)
+            }
         }
     }
 
@@ -247,6 +275,17 @@ impl Meter {
             Meter::Cpu { .. } => crate::alloc::limit() as u64,
             #[cfg(feature = "cuda")]
             Meter::Cuda { ceiling, .. } => ceiling.ceiling_bytes,
+            #[cfg(feature = "cuda")]
+            Meter::Stream { ceiling_bytes, .. } => *ceiling_bytes,
+        }
+    }
+
+    /// Whether the device computes nothing (a virtual card): what is read back is zeros.
+    fn computes_nothing(&self) -> bool {
+        match self {
+            #[cfg(feature = "cuda")]
+            Meter::Stream { .. } => true,
+            _ => false,
         }
     }
 
@@ -255,7 +294,9 @@ impl Meter {
         match self {
             Meter::Cpu { .. } => crate::alloc::recorder::len(),
             #[cfg(feature = "cuda")]
-            Meter::Cuda { .. } => cubecl_runtime::memory_management::oom_bisect::stream_len(),
+            Meter::Cuda { .. } | Meter::Stream { .. } => {
+                cubecl_runtime::memory_management::oom_bisect::stream_len()
+            }
         }
     }
 
@@ -266,6 +307,8 @@ impl Meter {
             Meter::Cpu { replay, .. } => *replay,
             #[cfg(feature = "cuda")]
             Meter::Cuda { replay, .. } => *replay,
+            #[cfg(feature = "cuda")]
+            Meter::Stream { .. } => true,
         }
     }
 
@@ -285,6 +328,12 @@ impl Meter {
             Meter::Cuda { ceiling, .. } => {
                 let (stream, streams) = cubecl_runtime::memory_management::oom_bisect::stream();
                 Ok((stream, ceiling.context_bytes, streams, true))
+            }
+            // Nothing held the ceiling: the replay is the verdict.
+            #[cfg(feature = "cuda")]
+            Meter::Stream { context_bytes, .. } => {
+                let (stream, streams) = cubecl_runtime::memory_management::oom_bisect::stream();
+                Ok((stream, *context_bytes, streams, false))
             }
         }
     }
@@ -328,7 +377,7 @@ impl Meter {
         let measured = match self {
             Meter::Cpu { .. } => crate::alloc::peak() as u64,
             #[cfg(feature = "cuda")]
-            Meter::Cuda { peak, .. } => *peak,
+            Meter::Cuda { peak, .. } | Meter::Stream { peak, .. } => *peak,
         };
         measured.max(self.reserved_so_far())
     }
@@ -338,6 +387,9 @@ fn run(req: &Request) -> Result<()> {
     let config = Config::from_toml_str(&req.config).map_err(|e| anyhow!("config: {e}"))?;
     // Refuse bad ids before touching the device.
     deeplab::Architecture::new(&config).map_err(|e| anyhow!("config: {e}"))?;
+    if let Engine::Stream { card } = &req.engine {
+        return run_stream(&config, req, card);
+    }
     match req.backend {
         BackendKind::Cpu => {
             if !crate::alloc::installed() {
@@ -397,7 +449,6 @@ fn configure_kernel_cache() {
 
 #[cfg(feature = "cuda")]
 fn run_cuda(config: &Config, req: &Request) -> Result<()> {
-    use burn_cuda::Cuda;
     configure_kernel_cache();
     // Read once by the vendored cubecl-runtime when the device's pools are made (vendor/README.md):
     // set before anything touches the device. Always set, so that an inherited value cannot leak in.
@@ -425,16 +476,64 @@ fn run_cuda(config: &Config, req: &Request) -> Result<()> {
         peak: 0,
         replay: config.device.memory_model() == deeplab::MemoryModel::Pytorch,
     };
+    train_on_cuda(config, &device, &mut meter, req)
+}
+
+/// The training on burn-cuda, fused or not, with burn's checkpointing strategy or without.
+#[cfg(feature = "cuda")]
+fn train_on_cuda(
+    config: &Config,
+    device: &burn_cuda::CudaDevice,
+    meter: &mut Meter,
+    req: &Request,
+) -> Result<()> {
+    use burn_cuda::Cuda;
     // Checkpointed blocks (the pytorch model) are the model's own doing; only burn's strategy is
     // a backend of its own.
     let balanced = config.recompute() == Recompute::BurnBalanced;
-    match (fusion, balanced) {
-        (true, true) => {
-            train::<Autodiff<Cuda, BalancedCheckpointing>>(config, &device, &mut meter, req)
-        }
-        (true, false) => train::<Autodiff<Cuda>>(config, &device, &mut meter, req),
-        (false, balanced) => train_unfused(config, &device, &mut meter, req, balanced),
+    match (req.switches.fusion, balanced) {
+        (true, true) => train::<Autodiff<Cuda, BalancedCheckpointing>>(config, device, meter, req),
+        (true, false) => train::<Autodiff<Cuda>>(config, device, meter, req),
+        (false, balanced) => train_unfused(config, device, meter, req, balanced),
     }
+}
+
+/// A stream-only trial (`Engine::Stream`): the CUDA training issued on a virtual `card`, its
+/// stream replayed under the ceiling. Nothing is compiled, launched or held on a GPU, so it runs
+/// on any host, beside the GPU's own trials.
+#[cfg(feature = "cuda")]
+fn run_stream(config: &Config, req: &Request, card: &crate::card::CardProps) -> Result<()> {
+    if config.device.memory_model() != deeplab::MemoryModel::Pytorch {
+        bail!(
+            "a stream-only trial is judged by replaying its stream through PyTorch's allocator:              it needs device.memory_model = \"pytorch\""
+        );
+    }
+    std::env::set_var(MEMORY_MODEL_ENV, config.device.memory_model().name());
+    req.switches.apply_conv();
+    cubecl::cuda::oom_bisect::set_virtual_card(crate::card::virtual_card(card))
+        .map_err(|_| anyhow!("a virtual card was set twice"))?;
+    let ceiling_bytes = req.ceiling.bytes(card.total_bytes);
+    emit(&ChildEvent::Start {
+        backend: BackendKind::Cuda,
+        device: card.label(),
+        ceiling_bytes,
+        context_bytes: card.context_bytes,
+        total_bytes: card.total_bytes,
+        seconds: since_start(),
+    });
+    let device = burn_cuda::CudaDevice::default();
+    let mut meter = Meter::Stream {
+        device: device.clone(),
+        ceiling_bytes,
+        context_bytes: card.context_bytes,
+        peak: 0,
+    };
+    train_on_cuda(config, &device, &mut meter, req)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn run_stream(_: &Config, _: &Request, _: &crate::card::CardProps) -> Result<()> {
+    bail!("this binary was built without the `cuda` feature")
 }
 
 /// burn-cuda without its fusion layer: every tensor operation is its own kernel.
@@ -498,6 +597,9 @@ fn train<B: AutodiffBackend + deeplab::pytorch::PytorchOps>(
         })?;
     }
     let mut trainer = Trainer::<B>::new(config, device).map_err(|e| anyhow!("config: {e}"))?;
+    if meter.computes_nothing() {
+        trainer.reads_not_computed();
+    }
     B::sync(device).map_err(|e| anyhow!("device sync failed: {e:?}"))?;
     let (in_use, _) = meter.read();
     emit(&ChildEvent::Built {

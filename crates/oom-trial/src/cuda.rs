@@ -115,6 +115,15 @@ pub fn nvml_device() -> Result<(String, Gpu)> {
     Ok((name, nvml_of(dev)?))
 }
 
+/// What this process's CUDA context holds on device 0, as NVML accounts it: the primary context is
+/// retained (until the process exits) and its memory read for this process alone.
+pub fn own_context_bytes() -> Result<u64> {
+    let (_, dev) = open_device()?;
+    let gpu = nvml_of(dev)?;
+    gpu.process_used(std::process::id())?
+        .context("NVML does not list this process on its GPU (a PID namespace?)")
+}
+
 /// Whose CUDA context the ceiling includes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OwnContext {

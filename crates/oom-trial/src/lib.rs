@@ -5,6 +5,7 @@
 
 pub mod alloc;
 pub mod cache;
+pub mod card;
 pub mod child;
 pub mod classify;
 #[cfg(feature = "cuda")]

@@ -153,6 +153,12 @@ pub enum Engine {
     /// The user's own command (`--exec`), run through `sh -c` with the candidate's config; the child
     /// holds the ceiling and watches it ([`crate::exec`]).
     Exec { command: String },
+    /// The built-in training issued on a virtual `card` (`cubecl::cuda::oom_bisect`): every buffer
+    /// asked for as on that card, no kernel compiled or run, no device memory taken. Its verdict
+    /// and need are its stream's replay; the values it reads back were not computed.
+    Stream { card: crate::card::CardProps },
+    /// Not a trial: this host's card, read by a child of its own ([`crate::card::probe`]).
+    Card,
 }
 
 /// What the parent sends the child on stdin.
@@ -194,6 +200,26 @@ pub struct Request {
     /// this request's config is only the one named on the command line.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ahead: bool,
+}
+
+impl Request {
+    /// The request of the card probe ([`Engine::Card`]).
+    pub fn probe() -> Request {
+        Request {
+            config: String::new(),
+            backend: BackendKind::Cuda,
+            ceiling: Ceiling::None,
+            engine: Engine::Card,
+            fault: None,
+            timeout_seconds: None,
+            switches: Default::default(),
+            ceiling_by: Default::default(),
+            serve: false,
+            probe: false,
+            fresh: false,
+            ahead: false,
+        }
+    }
 }
 
 impl Ceiling {

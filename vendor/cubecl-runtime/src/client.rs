@@ -47,6 +47,18 @@ impl<R: Runtime> Clone for ComputeClient<R> {
 }
 
 impl<R: Runtime> ComputeClient<R> {
+    /// oom-bisect: `task`, numbered in the order the client submits it, so that what the memory
+    /// pool sees released while it runs does not depend on timing (`oom_bisect::next_task`).
+    fn stamped<T, F: FnOnce(&mut R::Server) -> T + Send>(
+        task: F,
+    ) -> impl FnOnce(&mut R::Server) -> T + Send {
+        let k = crate::memory_management::oom_bisect::next_task();
+        move |server| {
+            crate::memory_management::oom_bisect::enter_task(k);
+            task(server)
+        }
+    }
+
     /// Get the info of the current backend.
     pub fn info(&self) -> &<R::Server as ComputeServer>::Info {
         &self.utilities.info
@@ -101,7 +113,9 @@ impl<R: Runtime> ComputeClient<R> {
     fn do_read(&self, descriptors: Vec<CopyDescriptor>) -> DynFut<Result<Vec<Bytes>, ServerError>> {
         let stream_id = self.stream_id();
         self.device
-            .submit_blocking(move |server| server.read(descriptors, stream_id))
+            .submit_blocking(Self::stamped(move |server| {
+                server.read(descriptors, stream_id)
+            }))
             .unwrap()
     }
 
@@ -205,7 +219,9 @@ impl<R: Runtime> ComputeClient<R> {
         let binding = handle.binding();
 
         self.device
-            .submit_blocking(move |state| state.get_resource(binding, stream_id))
+            .submit_blocking(Self::stamped(move |state| {
+                state.get_resource(binding, stream_id)
+            }))
             .unwrap()
     }
 
@@ -235,10 +251,10 @@ impl<R: Runtime> ComputeClient<R> {
             .collect::<Vec<_>>();
 
         let (size, memory) = (handle_base.size(), handle_base.memory);
-        self.device.submit(move |server| {
+        self.device.submit(Self::stamped(move |server| {
             server.initialize_memory(memory, size, stream_id);
             server.write(descriptors, stream_id);
-        });
+        }));
 
         Ok(layouts)
     }
@@ -271,10 +287,10 @@ impl<R: Runtime> ComputeClient<R> {
             .collect::<Vec<_>>();
 
         let (size, memory) = (handle_base.size(), handle_base.memory);
-        self.device.submit(move |server| {
+        self.device.submit(Self::stamped(move |server| {
             server.initialize_memory(memory, size, stream_id);
             server.write(descriptors, stream_id);
-        });
+        }));
 
         Ok(layouts)
     }
@@ -327,16 +343,16 @@ impl<R: Runtime> ComputeClient<R> {
     ) -> Result<Re, ServerError> {
         let stream_id = StreamId::current();
 
-        self.device.submit(move |server| {
+        self.device.submit(Self::stamped(move |server| {
             server.allocation_mode(MemoryAllocationMode::Persistent, stream_id);
-        });
+        }));
 
         // All tasks created on the same stream will have persistent memory.
         let output = task(input);
 
-        self.device.submit(move |server| {
+        self.device.submit(Self::stamped(move |server| {
             server.allocation_mode(MemoryAllocationMode::Auto, stream_id);
-        });
+        }));
 
         Ok(output)
     }
@@ -460,9 +476,9 @@ impl<R: Runtime> ComputeClient<R> {
         let (handle_base, layouts) = self.utilities.layout_policy.apply(stream_id, &descriptors);
 
         let (size, memory) = (handle_base.size(), handle_base.memory);
-        self.device.submit(move |server| {
+        self.device.submit(Self::stamped(move |server| {
             server.initialize_memory(memory, size, stream_id);
-        });
+        }));
 
         Ok(layouts)
     }
@@ -522,7 +538,9 @@ impl<R: Runtime> ComputeClient<R> {
         let sizes = sizes.to_vec();
         let stagings = self
             .device
-            .submit_blocking(move |server| server.staging(&sizes, stream_id))
+            .submit_blocking(Self::stamped(move |server| {
+                server.staging(&sizes, stream_id)
+            }))
             .unwrap();
 
         let stagings = match stagings {
@@ -575,8 +593,9 @@ impl<R: Runtime> ComputeClient<R> {
             .unwrap()
             .contains(&comm_id);
         if !is_comms_init {
-            self.device
-                .submit(move |server| server.comm_init(device_ids).unwrap());
+            self.device.submit(Self::stamped(move |server| {
+                server.comm_init(device_ids).unwrap()
+            }));
             let mut initialized_comms = self.utilities.initialized_comms.write().unwrap();
             initialized_comms.insert(comm_id);
             // Flush immediately so other devices aren't blocked waiting on this initialization.
@@ -592,9 +611,9 @@ impl<R: Runtime> ComputeClient<R> {
         }
         let stream_id = self.stream_id();
 
-        self.device.submit(move |server| {
+        self.device.submit(Self::stamped(move |server| {
             server.sync_collective(stream_id).unwrap();
-        });
+        }));
 
         // We don't actually need or want to sync the server here, but we need to make sure any
         // task enqueued on the communication channel is done.
@@ -624,11 +643,11 @@ impl<R: Runtime> ComputeClient<R> {
 
         self.ensure_init_collective(device_ids.clone());
 
-        self.device.submit(move |server| {
+        self.device.submit(Self::stamped(move |server| {
             server
                 .all_reduce(src, dst, dtype, stream_id, op, device_ids)
                 .unwrap();
-        });
+        }));
     }
 
     /// Transfer data from one client to another
@@ -658,18 +677,18 @@ impl<R: Runtime> ComputeClient<R> {
         self.ensure_init_collective(device_ids.clone());
         dst_server.ensure_init_collective(device_ids);
 
-        self.device.submit(move |server_src| {
+        self.device.submit(Self::stamped(move |server_src| {
             server_src
                 .send(src_descriptor, dtype, stream_id_src, device_id_dst)
                 .unwrap()
-        });
+        }));
 
-        dst_server.device.submit(move |server_dst| {
+        dst_server.device.submit(Self::stamped(move |server_dst| {
             server_dst
                 .recv(handle_cloned, dtype, stream_id_dst, device_id_src)
                 .unwrap();
             server_dst.sync_collective(stream_id_dst).unwrap();
-        });
+        }));
 
         // `ServerCommunication::send` and`ServerCommunication::recv` are blocking: they each wait for the corresponding recv/send
         // call to be made. We flush the operations right away so that the neither server ends up in a deadlock.
@@ -701,7 +720,7 @@ impl<R: Runtime> ComputeClient<R> {
         match level {
             None | Some(ProfileLevel::ExecutionOnly) => {
                 let utilities = self.utilities.clone();
-                self.device.submit(move |state| {
+                self.device.submit(Self::stamped(move |state| {
                     let name = kernel.name();
                     unsafe { state.launch(kernel, count, bindings, mode, stream_id) };
 
@@ -709,7 +728,7 @@ impl<R: Runtime> ComputeClient<R> {
                         let info = type_name_format(name, TypeNameFormatLevel::Balanced);
                         utilities.logger.register_execution(info);
                     }
-                });
+                }));
             }
             Some(level) => {
                 let name = kernel.name();
@@ -720,9 +739,9 @@ impl<R: Runtime> ComputeClient<R> {
                     .profile(
                         move || {
                             context
-                                .submit_blocking(move |state| unsafe {
+                                .submit_blocking(Self::stamped(move |state| unsafe {
                                     state.launch(kernel, count_moved, bindings, mode, stream_id)
-                                })
+                                }))
                                 .unwrap()
                         },
                         name,
@@ -797,7 +816,7 @@ impl<R: Runtime> ComputeClient<R> {
         let stream_id = self.stream_id();
 
         self.device
-            .submit_blocking(move |server| server.flush(stream_id))
+            .submit_blocking(Self::stamped(move |server| server.flush(stream_id)))
             .unwrap()
     }
 
@@ -807,7 +826,7 @@ impl<R: Runtime> ComputeClient<R> {
 
         let fut = self
             .device
-            .submit_blocking(move |server| server.sync(stream_id))
+            .submit_blocking(Self::stamped(move |server| server.sync(stream_id)))
             .unwrap();
 
         self.utilities.logger.profile_summary();
@@ -836,7 +855,7 @@ impl<R: Runtime> ComputeClient<R> {
     pub fn memory_usage(&self) -> Result<MemoryUsage, ServerError> {
         let stream_id = self.stream_id();
         self.device
-            .submit_blocking(move |server| server.memory_usage(stream_id))
+            .submit_blocking(Self::stamped(move |server| server.memory_usage(stream_id)))
             .unwrap()
     }
 
@@ -867,8 +886,9 @@ impl<R: Runtime> ComputeClient<R> {
     /// This function isn't thread safe and might create memory leaks.
     pub unsafe fn allocation_mode(&self, mode: MemoryAllocationMode) {
         let stream_id = self.stream_id();
-        self.device
-            .submit(move |server| server.allocation_mode(mode, stream_id));
+        self.device.submit(Self::stamped(move |server| {
+            server.allocation_mode(mode, stream_id)
+        }));
     }
 
     /// Ask the client to release memory that it can release.
@@ -877,8 +897,9 @@ impl<R: Runtime> ComputeClient<R> {
     /// so it's not guaranteed any memory is freed.
     pub fn memory_cleanup(&self) {
         let stream_id = self.stream_id();
-        self.device
-            .submit(move |server| server.memory_cleanup(stream_id));
+        self.device.submit(Self::stamped(move |server| {
+            server.memory_cleanup(stream_id)
+        }));
     }
 
     /// Measure the execution time of some inner operations.
@@ -924,35 +945,36 @@ impl<R: Runtime> ComputeClient<R> {
             .exclusive(move || {
                 // We first get mut access to the server to create a token.
                 // Then we free to server, since it's going to be accessed in `func()`.
-                let token =
-                    match device.submit_blocking(move |server| server.start_profile(stream_id)) {
-                        Ok(token) => match token {
-                            Ok(token) => token,
-                            Err(err) => return Err(err),
-                        },
-                        Err(err) => {
-                            return Err(ServerError::Generic {
-                                reason: alloc::format!(
-                                    "Can't start profiling because of a call error: {err:?}"
-                                ),
-                                backtrace: BackTrace::capture(),
-                            });
-                        }
-                    };
+                let token = match device
+                    .submit_blocking(Self::stamped(move |server| server.start_profile(stream_id)))
+                {
+                    Ok(token) => match token {
+                        Ok(token) => token,
+                        Err(err) => return Err(err),
+                    },
+                    Err(err) => {
+                        return Err(ServerError::Generic {
+                            reason: alloc::format!(
+                                "Can't start profiling because of a call error: {err:?}"
+                            ),
+                            backtrace: BackTrace::capture(),
+                        });
+                    }
+                };
 
                 // We execute `func()` which will recursibly access the server.
                 let out = func();
 
                 // Finally we get the result from the token.
                 let result = device
-                    .submit_blocking(move |server| {
+                    .submit_blocking(Self::stamped(move |server| {
                         let mut result = server.end_profile(stream_id, token);
 
                         match result {
                             Ok(result) => Ok((out, result)),
                             Err(err) => Err(err),
                         }
-                    })
+                    }))
                     .unwrap();
 
                 Ok(result)
@@ -1010,7 +1032,9 @@ impl<R: Runtime> ComputeClient<R> {
 
         let read = self
             .device
-            .submit_blocking(move |server| server.read(vec![src_descriptor], stream_id))
+            .submit_blocking(Self::stamped(move |server| {
+                server.read(vec![src_descriptor], stream_id)
+            }))
             .unwrap();
 
         let mut data = cubecl_common::future::block_on(read).unwrap();
@@ -1029,10 +1053,10 @@ impl<R: Runtime> ComputeClient<R> {
         };
 
         let (size, memory) = (handle_base.size(), handle_base.memory);
-        dst_server.device.submit(move |server| {
+        dst_server.device.submit(Self::stamped(move |server| {
             server.initialize_memory(memory, size, stream_id);
             server.write(vec![(desc_descriptor, data.remove(0))], stream_id)
-        });
+        }));
 
         alloc
     }

@@ -181,7 +181,7 @@ pub(super) fn check_ceiling(
     card: bool,
     backend: BackendKind,
     engine: &Engine,
-    device_name: Option<&str>,
+    (device_name, virtual_total): (Option<&str>, Option<u64>),
     notes: &mut Vec<String>,
 ) -> Result<(Ceiling, Option<u64>)> {
     let as_given = |ceiling: Ceiling| {
@@ -203,6 +203,11 @@ pub(super) fn check_ceiling(
             );
             return as_given(ceiling);
         }
+        // A virtual card (stream-only trials without a GPU): the memory CUDA reports for it.
+        (_, BackendKind::Cuda) if virtual_total.is_some() => (
+            virtual_total.unwrap_or_default(),
+            "the virtual card".to_string(),
+        ),
         (_, BackendKind::Cuda) => {
             let total = oom_trial::cuda_total_bytes().map_err(|e| {
                 user(

@@ -10,7 +10,10 @@
 //!   asked, as PyTorch's per-process memory fraction does; a refusal by the device itself (a card
 //!   filled with ballast) is `cudaMalloc`'s failure;
 //! - before the allocator's one retry, the whole free segments it released are returned to the
-//!   device ([`settle_with`]), as `release_cached_blocks` synchronises and frees.
+//!   device ([`settle_with`]), as `release_cached_blocks` synchronises and frees;
+//! - a block is freed in the order the program released it ([`next_task`]), not as threads
+//!   happened to drop its last reference, so that the stream is the same in every run and on a
+//!   virtual card (vendored cubecl-cuda) as on the GPU.
 
 use super::memory_pool::{ManagedMemoryBinding, ManagedMemoryHandle, MemoryPool, Slice};
 use super::{MemoryLocation, MemoryUsage};
@@ -73,6 +76,61 @@ fn settle() {
     if !p.is_null() {
         // SAFETY: the only non-null value stored is a `Settle` (`settle_with`).
         unsafe { core::mem::transmute::<*mut (), Settle>(p)() }
+    }
+}
+
+/// The task clock. The client submits tasks to the device's thread, which runs them in that order,
+/// while the program drops tensors on its own thread: which drops a task's request sees depends on
+/// how far the device's thread lags (a GPU's launches take time, a virtual card's none). So every
+/// task is numbered as it is submitted, every release of a reference is stamped, and a block is
+/// free for a task only if its last reference was released before that task in the program's own
+/// order: `2n` after the client submitted `n` tasks, `2k - 1` on the device's thread during task
+/// `k`; task `k` sees the releases stamped below `2k`.
+static SUBMITTED: AtomicU64 = AtomicU64::new(0);
+
+#[cfg(feature = "std")]
+std::thread_local! {
+    /// The task this thread runs (the device's thread), 0 elsewhere.
+    static RUNNING: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+}
+
+#[cfg(feature = "std")]
+fn running() -> u64 {
+    RUNNING.with(|r| r.get())
+}
+
+#[cfg(not(feature = "std"))]
+fn running() -> u64 {
+    0
+}
+
+/// The number of a task the client is about to submit.
+pub fn next_task() -> u64 {
+    SUBMITTED.fetch_add(1, Ordering::SeqCst) + 1
+}
+/// The device's thread starts task `k`.
+pub fn enter_task(k: u64) {
+    #[cfg(feature = "std")]
+    RUNNING.with(|r| r.set(k));
+    #[cfg(not(feature = "std"))]
+    let _ = k;
+}
+
+/// Stamps a reference's release on the task clock: the latest release of a block is its own.
+pub(crate) fn note_release(released: &AtomicU64) {
+    let now = match running() {
+        0 => 2 * SUBMITTED.load(Ordering::SeqCst),
+        k => 2 * k - 1,
+    };
+    released.fetch_max(now, Ordering::SeqCst);
+}
+
+/// Whether a block whose last reference was released at `released` is free for the task running
+/// now (outside a task: always).
+fn released_before_now(released: u64) -> bool {
+    match running() {
+        0 => true,
+        k => released < 2 * k,
     }
 }
 
@@ -177,7 +235,7 @@ impl TorchPool {
             let slice = self.slices[block.index()]
                 .as_ref()
                 .expect("a live block has a slice");
-            if !slice.is_free() {
+            if !slice.is_free() || !released_before_now(slice.handle.descriptor().released()) {
                 i += 1;
                 continue;
             }

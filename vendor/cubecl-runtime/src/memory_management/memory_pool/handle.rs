@@ -39,6 +39,9 @@ impl Clone for ManagedMemoryHandle {
 pub(crate) struct ManagedMemoryDescriptor {
     pub(crate) id: ManagedMemoryId,
     location: Cell<MemoryLocation>,
+    /// oom-bisect: when its last reference was released, on the task clock
+    /// (`oom_bisect::note_release`).
+    released: core::sync::atomic::AtomicU64,
 }
 
 // SAFETY: The channel requires ManagedMemoryHandle to be Send + Sync.
@@ -106,6 +109,11 @@ impl ManagedMemoryDescriptor {
         });
     }
 
+    /// oom-bisect: when its last reference was released, on the task clock.
+    pub(crate) fn released(&self) -> u64 {
+        self.released.load(core::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Retrieves the current location.
     pub(crate) fn location(&self) -> MemoryLocation {
         self.location.get()
@@ -151,6 +159,7 @@ impl ManagedMemoryHandle {
             descriptor: Arc::new(ManagedMemoryDescriptor {
                 id: ManagedMemoryId { value },
                 location: Cell::new(MemoryLocation::uninit()),
+                released: core::sync::atomic::AtomicU64::new(0),
             }),
             handle_count: Arc::new(()),
         }
@@ -198,6 +207,20 @@ impl ManagedMemoryBinding {
 impl Default for ManagedMemoryHandle {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+// oom-bisect: every reference dropped notes when, so that the pool frees the memory in the order
+// the program released it, not as a thread happened to drop it.
+impl Drop for ManagedMemoryHandle {
+    fn drop(&mut self) {
+        crate::memory_management::oom_bisect::note_release(&self.descriptor.released);
+    }
+}
+
+impl Drop for ManagedMemoryBinding {
+    fn drop(&mut self) {
+        crate::memory_management::oom_bisect::note_release(&self.descriptor.released);
     }
 }
 

@@ -11,7 +11,7 @@ use crate::settings::{BisectSettings, DeviceSettings, Workload};
 use crate::space;
 use anyhow::Result;
 use deeplab::Architecture;
-use oom_search::{diagnose, Candidate, Clock, Diagnosis, Outcome};
+use oom_search::{Candidate, Clock, Diagnosis, Outcome};
 use oom_trial::{
     fmt_bytes, BackendKind, Fault, Pool, ProcessRunner, TrialOutcome, TrialReport, TrialRunner,
 };
@@ -64,6 +64,8 @@ pub struct BisectRun {
     /// Where the trials ran (`--devices`, `--jobs`, `--launcher`).
     pub dispatch: crate::dispatch::Dispatch,
     pub diagnosis: Diagnosis,
+    /// What the GPU certified where the search ran on stream-only trials.
+    pub certified: crate::certify::Certified,
     pub reports: HashMap<(Candidate, u32), TrialReport>,
     pub wall_seconds: f64,
     /// The ceiling the trials ran under, where known (see `Context::ceiling`).
@@ -110,19 +112,47 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     });
     progress.watch_compiling(runner.kernel_cache.as_deref());
     let _card_locks = crate::dispatch::CardLocks::of(&dispatch); // dropped after the pool
-    let pool = Pool::new(
-        dispatch.workers(&runner, serve.as_ref()),
-        progress.workers_view(&dispatch),
-        crate::journal::journal_on_finish(Arc::clone(&journal)),
-    );
-    let pool = match dispatch.guesses {
-        true => pool,
-        false => pool.without_guesses(),
-    };
-    let mut oracle = TrialOracle::new(&w.config, &st.device, &pool, journal);
+    let streams = st.device.streams.as_ref();
+    // The GPU's workers: every trial's, or where the search runs on streams the certificates'.
+    let device_pool = (streams.is_none_or(|s| s.certify)).then(|| {
+        Pool::new(
+            dispatch.workers(&runner, serve.as_ref()),
+            progress.workers_view(&dispatch),
+            crate::journal::journal_on_finish(Arc::clone(&journal)),
+        )
+    });
+    let device_pool = device_pool.map(|p| match dispatch.guesses {
+        true => p,
+        false => p.without_guesses(),
+    });
+    // Stream-only trials take no device memory: one per core beside the GPU's own.
+    let stream_pool = streams.map(|_| {
+        let slots = crate::dispatch::stream_slots();
+        let stream_runner = oom_trial::ProcessRunner {
+            timeout: st.device.trial_timeout,
+            ..oom_trial::ProcessRunner::default()
+        };
+        Pool::new(
+            slots.workers(&stream_runner, None),
+            progress.workers_view(&slots),
+            crate::journal::journal_on_finish(Arc::clone(&journal)),
+        )
+        .without_guesses()
+    });
+    let pool = stream_pool
+        .as_ref()
+        .or(device_pool.as_ref())
+        .expect("a pool for the search");
+    let mut oracle = TrialOracle::new(&w.config, &st.device, pool, journal);
+    if stream_pool.is_some() {
+        oracle.certifier = device_pool.as_ref();
+    }
+    // The original's certificate starts at once: on a cold cache it compiles its precision's
+    // kernels while the streams run.
+    oracle.start_certificates(&[Candidate::original()]);
     let clock = WallClock(Instant::now());
     let mut steps = output::bench::Steps::default();
-    let d = diagnose(
+    let (d, certified) = crate::certify::diagnose_certified(
         &mut oracle,
         &mut |e| {
             if let oom_search::Event::Step { name } = e {
@@ -133,6 +163,7 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
         &clock,
         &space,
         &st.search,
+        st.device.ceiling_bytes,
     );
     let learned = std::mem::take(&mut *oom_trial::sync::lock(&oracle.learned));
     let (reports, resumed) = (learned.reports, learned.resumed);
@@ -140,7 +171,8 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     let trials_finished = pool.finished();
     let pool_stats = pool.stats();
     // Trials started ahead that the search never asked for are killed, not waited for.
-    drop(pool);
+    drop(stream_pool);
+    drop(device_pool);
     let unjournaled = unjournaled(&journal_seen);
     progress.finish();
     // The ceiling as given, else as the trials report it (a fraction of a device not seen before).
@@ -150,6 +182,7 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
         .or_else(|| reports.values().find_map(|r| r.ceiling_bytes));
     Ok(BisectRun {
         diagnosis: d,
+        certified,
         reports,
         wall_seconds: clock.elapsed().as_secs_f64(),
         ceiling,
@@ -358,6 +391,9 @@ fn report_run(run: &BisectRun) -> Result<i32> {
         verbose: st.verbose,
         ceiling: run.ceiling,
         notes: notes(st, d),
+        streams: st.device.streams.as_ref().map(|s| s.card.label()),
+        certify: st.device.streams.as_ref().is_some_and(|s| s.certify),
+        certified: &run.certified,
     };
     let text = report::text(d, &cx);
     show!("{text}");

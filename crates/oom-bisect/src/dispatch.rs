@@ -36,6 +36,8 @@ pub struct Placement {
     /// The ceiling in bytes, where known before a trial.
     pub ceiling_bytes: Option<u64>,
     pub engine: Engine,
+    /// Stream-only trials and no GPU to certify on: no GPU is placed at all.
+    pub streams_only: bool,
 }
 
 /// One worker's place: its label and what its trials' processes get.
@@ -83,6 +85,9 @@ impl Dispatch {
     }
 
     fn place(p: &Placement) -> Result<Dispatch> {
+        if p.streams_only {
+            return Ok(stream_slots());
+        }
         let jobs = p.jobs;
         if let Some(l) = &p.launcher {
             if p.devices.is_some() {
@@ -150,6 +155,25 @@ impl Dispatch {
                 }
             })
             .collect()
+    }
+}
+
+/// The workers of stream-only trials: one per core of this host. They take no device memory and
+/// the GPU computes nothing for them, so they run beside the GPU's own trials whatever `--jobs`.
+pub fn stream_slots() -> Dispatch {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    Dispatch {
+        slots: (0..cores)
+            .map(|i| {
+                slot(
+                    format!("stream:{i}"),
+                    vec![("CUDA_VISIBLE_DEVICES".into(), String::new())],
+                )
+            })
+            .collect(),
+        launcher: vec![],
+        guesses: false,
+        spares: false,
     }
 }
 

@@ -15,14 +15,20 @@ pub fn id(
     engine: &Engine,
     switches: &Switches,
     ceiling_by: CeilingBy,
+    streams_on: Option<&str>,
 ) -> String {
     // The ballast adds nothing, so that journals written when it was the only way still resume.
     let held = match backend == BackendKind::Cuda && ceiling_by.shares_gpu() {
         true => format!(" ceiling-by={}", ceiling_by.name()),
         false => String::new(),
     };
+    // The search on stream-only trials: the card they are issued for (its name: a context
+    // measured a few MiB apart must not lose the journal).
+    let streams = streams_on
+        .map(|c| format!("|streams on {c}"))
+        .unwrap_or_default();
     format!(
-        "{}|{}|{:?}|{:?}|{}{held}|oom-bisect {}",
+        "{}|{}|{:?}|{:?}|{}{held}{streams}|oom-bisect {}",
         config.canonical_key(),
         backend.name(),
         ceiling,

@@ -154,7 +154,12 @@ pub const GPUS: &[Card] = &[
         },
     ),
     card(
-        "v100-16", &["v100"], "NVIDIA V100 16 GB", 16, None, BOX,
+        "v100-16",
+        &["v100"],
+        "NVIDIA V100 16 GB",
+        16,
+        None,
+        BOX,
         Spec {
             compute_capability: (7, 0),
             multiprocessors: 80,
@@ -279,7 +284,12 @@ pub const GPUS: &[Card] = &[
         },
     ),
     card(
-        "h100", &["h100-80"], "NVIDIA H100 80 GB", 80, None, BOX,
+        "h100",
+        &["h100-80"],
+        "NVIDIA H100 80 GB",
+        80,
+        None,
+        BOX,
         Spec {
             compute_capability: (9, 0),
             multiprocessors: 132,
@@ -334,7 +344,7 @@ impl Card {
             self.spec.max_shared_memory_per_block,
             (
                 ASSUMED_CONTEXT,
-                "assumed: 518 MiB, what an H100 80GB HBM3 with driver 580 holds",
+                "518 MiB assumed, as on an H100 with driver 580",
             ),
         )
     }

@@ -30,6 +30,7 @@ macro_rules! tell {
 }
 
 mod candidate;
+mod certify;
 mod cli;
 mod commands;
 mod dispatch;

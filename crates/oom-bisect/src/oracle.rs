@@ -76,6 +76,9 @@ pub struct Learned {
     pub reports: HashMap<(Candidate, u32), TrialReport>,
     /// Trials answered from the journal instead of run.
     pub resumed: usize,
+    /// Verdicts the device certified against their streams' (see [`TrialOracle::certifier`]): the
+    /// search takes the device's.
+    pub overrides: HashMap<Candidate, TrialReport>,
 }
 
 pub struct TrialOracle<'a> {
@@ -84,6 +87,8 @@ pub struct TrialOracle<'a> {
     pub pool: &'a Pool<Job>,
     pub journal: Arc<Mutex<Journal>>,
     pub learned: Arc<Mutex<Learned>>,
+    /// Where the search runs on stream-only trials and the GPU certifies: the GPU's workers.
+    pub certifier: Option<&'a Pool<Job>>,
     /// A fork: it tells the pool when it stops asking.
     forked: bool,
 }
@@ -101,6 +106,7 @@ impl<'a> TrialOracle<'a> {
             pool,
             journal,
             learned: Arc::default(),
+            certifier: None,
             forked: false,
         }
     }
@@ -116,6 +122,8 @@ impl Drop for TrialOracle<'_> {
 
 /// Where a candidate's result comes from.
 enum Answer {
+    /// This run's own trial, asked again (a search run again after a certificate disagreed).
+    Known(Box<TrialReport>),
     /// An earlier run's journal.
     Earlier(Box<TrialReport>),
     /// A trial, run now (or already started ahead).
@@ -126,11 +134,20 @@ impl TrialOracle<'_> {
     /// Where the result of `candidate`'s `attempt` comes from, or why it is not a valid
     /// configuration.
     fn answer(&self, candidate: &Candidate, attempt: u32) -> Result<Answer, String> {
+        if let Some(r) = self.learned().reports.get(&(candidate.clone(), attempt)) {
+            return Ok(Answer::Known(Box::new(r.clone())));
+        }
         let (mut config, _) =
             crate::candidate::resolve(self.base, candidate).map_err(|e| e.to_string())?;
-        if candidate.unbounded || candidate.every_step || *candidate == Candidate::original() {
+        let streams = self.device.streams.is_some();
+        if candidate.unbounded
+            || candidate.every_step
+            || *candidate == Candidate::original()
+            || streams
+        {
             // Run for its need (the original's is the report's headline, a fix's names the cards
-            // it fits on), which one step would understate.
+            // it fits on), which one step would understate. A stream-only trial always is: its
+            // steps cost the host a fraction of a second each.
             config = config.measuring_need();
         }
         let mut key = config.canonical_key();
@@ -177,12 +194,19 @@ impl Oracle for TrialOracle<'_> {
                 m.note = format!("not a valid configuration: {e}");
                 return m;
             }
+            Ok(Answer::Known(r)) => (*r, true),
             Ok(Answer::Earlier(r)) => {
                 self.learned().resumed += 1;
                 (*r, true)
             }
             Ok(Answer::Run(job, req)) => (self.pool.get(&job, &req).report, false),
         };
+        if let Some(device) = self.learned().overrides.get(candidate) {
+            // The device certified otherwise: its verdict is the search's.
+            let mut m = measurement(device);
+            m.replayed = true;
+            return m;
+        }
         let mut m = measurement(&report);
         m.replayed = replayed;
         m.need_at_least = self.stopped_early(candidate, &report);
@@ -210,8 +234,8 @@ impl Oracle for TrialOracle<'_> {
     fn ready(&self, candidate: &Candidate, attempt: u32) -> bool {
         match self.answer(candidate, attempt) {
             Ok(Answer::Run(job, _)) => self.pool.is_done(&job),
-            // From the journal, or not a configuration at all: answered without a trial.
-            Ok(Answer::Earlier(_)) | Err(_) => true,
+            // Known, from the journal, or not a configuration at all: answered without a trial.
+            Ok(Answer::Known(_) | Answer::Earlier(_)) | Err(_) => true,
         }
     }
 
@@ -227,6 +251,7 @@ impl Oracle for TrialOracle<'_> {
             pool: self.pool,
             journal: Arc::clone(&self.journal),
             learned: Arc::clone(&self.learned),
+            certifier: self.certifier,
             forked: true,
         }))
     }

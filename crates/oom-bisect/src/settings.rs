@@ -182,6 +182,9 @@ impl DeviceSettings {
         if self.backend == BackendKind::Cuda {
             parts.push(format!("--ceiling-by {}", self.ceiling_by.name()));
         }
+        if self.streams.as_ref().is_some_and(|s| !s.certify) {
+            parts.push("--evidence stream".into());
+        }
         match &self.engine {
             Engine::Estimate => parts.push("--estimate".into()),
             Engine::Exec { command } => {
@@ -226,6 +229,9 @@ impl DeviceSettings {
 
     /// The backend as reports show it.
     pub fn label(&self) -> String {
+        if let (Some(s), None) = (&self.streams, &self.device_name) {
+            return format!("cuda, {}", s.card.label());
+        }
         match (&self.engine, self.backend, &self.device_name) {
             (Engine::Estimate, _, _) => oom_trial::estimated::DEVICE.into(),
             (Engine::Exec { .. }, BackendKind::Cpu, _) => "cpu (your command)".into(),
@@ -411,9 +417,12 @@ impl BisectSettings {
         let workload = Workload::load(&args.config)?;
         let device = DeviceSettings::resolve(&args.device, &workload.config)?;
         let on = |s: Step| args.axes.is_empty() || args.axes.contains(&s);
+        // A stream-only trial repeats to the byte and runs to its end under any ceiling: it says
+        // its need every time, a re-run says nothing new, and the GPU's certificates confirm.
+        let streams = device.streams.is_some();
         let search = SearchOptions {
             ceiling: device.ceiling_bytes,
-            confirm_runs: if args.no_confirm {
+            confirm_runs: if args.no_confirm || streams {
                 0
             } else {
                 args.confirm_runs
@@ -430,12 +439,12 @@ impl BisectSettings {
             need: on(Step::Need),
             // On the CPU the original reaches its end (its replay is the verdict) unless its
             // live bytes alone pass the ceiling.
-            need_from_original: device.backend == BackendKind::Cpu
+            need_from_original: (device.backend == BackendKind::Cpu || streams)
                 && replayed(&device, &workload.config),
             // A run under the ceiling stops at an out-of-memory without a need (on the CPU too,
             // where its live bytes pass the ceiling): where needs are replayed, the axes probe
             // without it, and the sides found run under it.
-            probe_without_ceiling: replayed(&device, &workload.config),
+            probe_without_ceiling: replayed(&device, &workload.config) && !streams,
         };
         let d = &device;
         let experiment = crate::experiment::id(
@@ -445,6 +454,7 @@ impl BisectSettings {
             &d.engine,
             &d.switches,
             d.ceiling_by,
+            d.streams.as_ref().map(|s| s.card.name.as_str()),
         );
         let journal = args.journal.join(format!(
             "{}-{}.jsonl",
@@ -482,5 +492,6 @@ fn placement(args: &BisectArgs, device: &DeviceSettings) -> Placement {
         ceiling_by: device.ceiling_by,
         ceiling_bytes: device.ceiling_bytes,
         engine: device.engine.clone(),
+        streams_only: device.streams.as_ref().is_some_and(|s| !s.certify),
     }
 }

@@ -8,6 +8,7 @@
 //! comes from the caller, so the search knows nothing about models, backends or flags.
 
 mod bisect;
+mod certificates;
 mod culprits;
 mod ddmin;
 mod diagnosis;
@@ -18,6 +19,7 @@ mod searcher;
 mod vocabulary;
 
 pub use bisect::{bisect_axis, bisect_axis_finely, AxisSearch, AxisVerdict, Probe, Sides};
+pub use certificates::{to_certify, ToCertify};
 pub use ddmin::{ddmin, Reduced};
 pub use diagnosis::{
     Diagnosis, Fix, FixResult, Minimal, ModuleCost, ModuleItem, Modules, ModulesVerdict, Neighbour,

@@ -66,11 +66,17 @@ impl CardProps {
         }
     }
 
-    /// How a report names the card a stream was issued for.
+    /// How a report names the card a stream was issued for: `a virtual NVIDIA H100 80GB HBM3
+    /// (this host's card)`.
     pub fn label(&self) -> String {
         match &self.source {
-            CardSource::Probed => format!("{} (virtual, as read from this host's card)", self.name),
-            CardSource::Specified { .. } => format!("{} (virtual, from its specification)", self.name),
+            CardSource::Probed => format!("a virtual {} (this host's card)", self.name),
+            CardSource::Specified { context } => {
+                format!(
+                    "a virtual {} (its specification; CUDA context {context})",
+                    self.name
+                )
+            }
         }
     }
 }
@@ -98,8 +104,8 @@ pub fn read_here() -> anyhow::Result<CardProps> {
     use anyhow::{anyhow, Context};
     let name = crate::cuda::probe()?;
     let v = cubecl::cuda::oom_bisect::read_card(0).map_err(|e| anyhow!("{e}"))?;
-    let context_bytes = crate::cuda::own_context_bytes()
-        .context("the probe could not measure its CUDA context")?;
+    let context_bytes =
+        crate::cuda::own_context_bytes().context("the probe could not measure its CUDA context")?;
     Ok(CardProps {
         name,
         compute_capability: v.compute_capability,
@@ -148,7 +154,10 @@ const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// This host's card, read by a child of `exe` (its CUDA context then holds no memory for the rest
 /// of the run). `cuda_visible_devices` names the GPU the trials will see.
-pub fn probe(exe: &std::path::Path, cuda_visible_devices: Option<&str>) -> anyhow::Result<CardProps> {
+pub fn probe(
+    exe: &std::path::Path,
+    cuda_visible_devices: Option<&str>,
+) -> anyhow::Result<CardProps> {
     use anyhow::{anyhow, bail, Context};
     use std::io::Write;
     use std::process::{Command, Stdio};

@@ -7,7 +7,9 @@ use crate::classify::{
     classify_message, classify_output, in_use_at_failure, traceback_place, MessageKind,
 };
 use crate::protocol::{exit, ChildEvent, Exited, Location, Stage};
-use crate::trial_report::{ChildExit, OomInfo, StageMemory, StepRecord, TrialOutcome, TrialReport};
+use crate::trial_report::{
+    ChildExit, Evidence, OomInfo, StageMemory, StepRecord, TrialOutcome, TrialReport,
+};
 use deeplab::Phase;
 
 /// What the events said beyond the readings: where the child last was, its panics, its check value.
@@ -35,7 +37,9 @@ pub fn assemble(
         read_event(&mut r, &mut trace, e);
     }
     summarise(&mut r);
+    let exec = trace.exited.is_some();
     classify(&mut r, trace, exit, stderr);
+    r.evidence = evidence(&r, exec);
     // What was in use when an allocation failed was held at once too: the peak is not below it.
     if let Some(in_use) = r.oom.as_ref().and_then(|o| o.in_use_bytes) {
         r.peak_bytes = r.peak_bytes.max(Some(in_use));
@@ -187,6 +191,7 @@ fn set_oom(r: &mut TrialReport, at: Option<&Location>, message: String, bytes: O
         in_use_bytes: in_use_at_failure(&message),
         // It may echo a command's output: cut (the CLI makes it safe to print).
         message: deeplab::config::cut(&message, MESSAGE_CHARS),
+        replayed: false,
     });
 }
 
@@ -217,6 +222,24 @@ fn classify(r: &mut TrialReport, t: Trace, exit: ChildExit, stderr: &str) {
     }
 }
 
+/// What decided the verdict just classified (a `--exec` command's if `exec`): the replay where it
+/// judged a run that nothing held to the ceiling, else the device or the command.
+fn evidence(r: &TrialReport, exec: bool) -> Evidence {
+    if !matches!(r.outcome, TrialOutcome::Fits | TrialOutcome::Oom) {
+        return Evidence::None;
+    }
+    let replay_judged = r.allocator.as_ref().is_some_and(|a| !a.device_held_ceiling);
+    // A refusal by the device (a panic, a command's out-of-memory) is the device's even where a
+    // replay exists: only a run that reached its end was judged by it.
+    let refused = r.outcome == TrialOutcome::Oom && !r.oom.as_ref().is_some_and(|o| o.replayed);
+    match (exec, replay_judged && !refused, r.served) {
+        (_, true, _) => Evidence::Replayed,
+        (true, false, true) => Evidence::Served,
+        (true, false, false) => Evidence::Exit,
+        (false, false, _) => Evidence::Device,
+    }
+}
+
 /// A run that reached its end is out of memory where the replay of its stream is and the device
 /// did not hold the ceiling itself (the CPU; a run under a looser ceiling): at the reading before
 /// the request that cannot be served.
@@ -239,6 +262,7 @@ fn judge_by_replay(r: &mut TrialReport, marks: &[(Location, usize)]) {
     set_oom(r, at, message, Some(f.bytes));
     if let Some(o) = &mut r.oom {
         o.in_use_bytes = Some(f.allocated_bytes);
+        o.replayed = true;
     }
 }
 

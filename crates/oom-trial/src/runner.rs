@@ -196,7 +196,9 @@ impl TrialRunner for ProcessRunner {
         let stdout = out.take(until);
         let stderr = err.take(until);
         let wall = started.elapsed().as_secs_f64();
-        assemble(&parse_events(&stdout), exit, &stderr, wall)
+        let mut r = assemble(&parse_events(&stdout), exit, &stderr, wall);
+        r.evidence = r.evidence.under(&request.engine);
+        r
     }
 }
 

@@ -26,6 +26,65 @@ impl TrialOutcome {
     }
 }
 
+/// What decided a trial's verdict: where its fit or its out-of-memory comes from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Evidence {
+    /// It ran on the device under the ceiling, which the device held (a GPU's allocator capped or
+    /// the card filled with ballast; the CPU's counting allocator): the device's own verdict.
+    Device,
+    /// It ran to its end where nothing held the ceiling (the CPU's allocator counts live bytes, not
+    /// what PyTorch's holds; a run without the ceiling): its stream of requests, replayed through
+    /// PyTorch's caching allocator under the ceiling, decided.
+    Replayed,
+    /// A stream-only trial: the training issued for a virtual `card`, nothing computed, no device
+    /// memory taken; its stream replayed under the ceiling decided.
+    Stream { card: String },
+    /// A `--exec` command in a process of its own: how it ended.
+    Exit,
+    /// A `--exec` command that serves trials: its answer to this one.
+    Served,
+    /// The model's memory estimate (`--estimate`): nothing ran.
+    Estimate,
+    /// No verdict: the trial ended in an error or a timeout.
+    #[default]
+    None,
+}
+
+impl Evidence {
+    /// How a report says where a verdict comes from.
+    pub fn label(&self) -> String {
+        match self {
+            Evidence::Device => "on the device under the ceiling".into(),
+            Evidence::Replayed => "its stream replayed under the ceiling".into(),
+            Evidence::Stream { card } => format!("its stream replayed (stream only, {card})"),
+            Evidence::Exit => "the command's exit".into(),
+            Evidence::Served => "the served command's answer".into(),
+            Evidence::Estimate => "the model's estimate".into(),
+            Evidence::None => "no verdict".into(),
+        }
+    }
+
+    /// The evidence as the engine that ran the trial makes it: a replay of a virtual card's stream
+    /// is a stream-only trial's, and anything the estimate answered is the estimate.
+    pub fn under(self, engine: &crate::protocol::Engine) -> Evidence {
+        use crate::protocol::Engine;
+        match (self, engine) {
+            (Evidence::None, _) => Evidence::None,
+            (_, Engine::Estimate) => Evidence::Estimate,
+            (_, Engine::Stream { card }) => Evidence::Stream {
+                card: card.name.clone(),
+            },
+            (e, _) => e,
+        }
+    }
+
+    /// Whether a GPU ran the trial under the real ceiling: a certificate.
+    pub fn is_device(&self) -> bool {
+        matches!(self, Evidence::Device)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StageMemory {
     pub step: usize,
@@ -62,6 +121,10 @@ pub struct OomInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_use_bytes: Option<u64>,
     pub message: String,
+    /// The request PyTorch's allocator could not serve in the replay of a run that reached its
+    /// end (nothing refused it on the device).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replayed: bool,
 }
 
 /// How the child process ended, as the parent saw it.
@@ -125,6 +188,9 @@ pub struct TrialReport {
     /// A built-in trial that ran to its end: its stream replayed through PyTorch's allocator.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocator: Option<Replayed>,
+    /// What decided the verdict.
+    #[serde(default)]
+    pub evidence: Evidence,
 }
 
 impl TrialReport {
@@ -170,6 +236,7 @@ impl TrialReport {
             diverged: None,
             served: false,
             allocator: None,
+            evidence: Evidence::None,
         }
     }
 

@@ -43,6 +43,12 @@ pub struct Context<'a> {
     pub verbose: bool,
     /// What the user must know to read the results (printed under the header).
     pub notes: Vec<String>,
+    /// Where the search ran on stream-only trials: the virtual card's name as the report gives it.
+    pub streams: Option<String>,
+    /// Whether the GPU certified the stream-only trials' verdicts.
+    pub certify: bool,
+    /// What the GPU certified (nothing where it did not).
+    pub certified: &'a crate::certify::Certified,
 }
 
 impl Context<'_> {

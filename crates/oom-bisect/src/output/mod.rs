@@ -6,6 +6,7 @@ pub mod bench;
 pub mod compiling;
 pub mod context;
 pub mod diagnosis;
+pub mod evidence;
 pub mod html;
 pub mod inspect;
 pub mod memory;

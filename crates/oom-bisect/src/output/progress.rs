@@ -147,19 +147,23 @@ impl Progress {
     }
 
     /// The pool's start hook: the bar shows what each worker runs, and each finished line where
-    /// it ran (only when there is more than one worker).
+    /// it ran (only when there is more than one worker). A second pool's workers (the GPU's beside
+    /// stream-only trials) are shown after the first's.
     pub fn workers_view(&self, dispatch: &Dispatch) -> OnStart<Job> {
         let labels: Vec<String> = dispatch.slots.iter().map(|s| s.label.clone()).collect();
-        if labels.len() < 2 {
-            return Box::new(|_, _| {});
-        }
-        {
+        let offset = {
             let mut b = lock(&self.board);
-            b.running = vec![None; labels.len()];
-            b.labels = labels;
-        }
+            if labels.len() < 2 && b.labels.is_empty() {
+                return Box::new(|_, _| {});
+            }
+            let offset = b.labels.len();
+            b.running.extend(labels.iter().map(|_| None));
+            b.labels.extend(labels);
+            offset
+        };
         let (board, bar) = (Arc::clone(&self.board), self.bar.clone());
         Box::new(move |worker, job| {
+            let worker = offset + worker;
             let mut b = lock(&board);
             let ended = std::mem::replace(
                 &mut b.running[worker],

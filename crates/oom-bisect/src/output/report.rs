@@ -89,6 +89,7 @@ pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
     s += &super::diagnosis::text(d, cx);
     s += &where_the_memory_is(cx);
     s += &boundaries(d, cx);
+    s += &super::evidence::table(cx);
     s += &modules(d);
     s += &fixes(d, cx);
     s += &minimal(d, cx);
@@ -98,7 +99,11 @@ pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
 
 /// How many training steps a trial runs (`train.steps`, `train.one_step_below`).
 fn steps_per_trial(cx: &Context) -> String {
-    let share = cx.config.one_step_below();
+    // A stream-only trial runs every step: they cost the host little.
+    let share = match cx.streams {
+        Some(_) => 0.0,
+        None => cx.config.one_step_below(),
+    };
     match (cx.steps, share > 0.0) {
         (1, _) => "1 training step per trial".into(),
         (n, false) => format!("{n} training steps per trial"),
@@ -155,6 +160,7 @@ fn header(cx: &Context<'_>) -> String {
         cx.backend,
         cx.ceiling_text()
     );
+    s += &super::evidence::line(cx);
     for n in &cx.notes {
         s += &format!("note: {n}\n");
     }
@@ -174,7 +180,10 @@ fn verdict(d: &Diagnosis, cx: &Context<'_>) -> String {
                 (Some(n), Some(c)) => format!(": it {}", memory::need_text(n, c)),
                 _ => format!(" under {ceiling}"),
             };
-            format!("Verdict: the original configuration runs OUT OF MEMORY{need}.\n")
+            format!(
+                "Verdict: the original configuration runs OUT OF MEMORY{need}{}.\n",
+                super::evidence::mark(cx, &oom_search::Candidate::original())
+            )
         }
         Outcome::Fits => {
             let (p, what) = match o.need_bytes {
@@ -182,11 +191,12 @@ fn verdict(d: &Diagnosis, cx: &Context<'_>) -> String {
                 None => (o.peak_bytes.unwrap_or(0), "peak"),
             };
             format!(
-                "Verdict: the original configuration FITS: {what} {} of {ceiling}, headroom {}.\n",
+                "Verdict: the original configuration FITS: {what} {} of {ceiling}, headroom {}{}.\n",
                 fmt_bytes(p),
                 cx.ceiling
                     .map(|c| fmt_bytes(c.saturating_sub(p)))
-                    .unwrap_or_else(|| "unknown".into())
+                    .unwrap_or_else(|| "unknown".into()),
+                super::evidence::mark(cx, &oom_search::Candidate::original())
             )
         }
         Outcome::Inconclusive => format!(

@@ -177,11 +177,25 @@ pub fn json(d: &Diagnosis, cx: &Context<'_>) -> Value {
             "count": d.trials.len(),
             "resumed_from_journal": cx.resumed,
             "budget_exhausted": d.budget_exhausted,
-            "list": d.trials,
+            "list": d.trials.iter().map(|t| trial_json(t, cx)).collect::<Vec<_>>(),
         },
+        "evidence": super::evidence::json(cx),
         "wall_seconds": cx.wall_seconds,
         "reproduce": cx.reproduce,
     })
+}
+
+/// One trial of the list, with what decided its verdict (its report's evidence).
+fn trial_json(t: &oom_search::TrialRecord, cx: &Context<'_>) -> Value {
+    let mut v = serde_json::to_value(t).expect("a trial record serialises");
+    let evidence = cx
+        .reports
+        .get(&(t.candidate.clone(), t.attempt))
+        .map(|r| &r.evidence);
+    if let (Value::Object(fields), Some(e)) = (&mut v, evidence) {
+        fields.insert("evidence".into(), json!(e));
+    }
+    v
 }
 
 /// The module ids a candidate swaps for identity (its `model.identity` list).

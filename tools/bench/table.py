@@ -15,7 +15,7 @@ def row(path):
     try:
         r = json.loads(path.read_text())
     except (OSError, ValueError):
-        return f"| {path.stem} | – | – | did not finish |"
+        return f"| {path.stem} | – | – | – | did not finish |"
     trials = r.get("trials", {})
     if "boundaries" not in r:  # a trial's JSON
         need = (r.get("allocator") or {}).get("need_bytes")
@@ -23,16 +23,20 @@ def row(path):
         if need and r.get("ceiling_bytes"):
             says = "fits" if need <= r["ceiling_bytes"] else "oom"
             replay = f"; replay: needs {need / 2**30:.2f} GiB, {says}"
-        return f'| {path.stem} | 1 | {r.get("wall_seconds", 0):.1f} | device: {r["outcome"]}{replay} |'
+        return f'| {path.stem} | 1 | – | {r.get("wall_seconds", 0):.1f} | device: {r["outcome"]}{replay} |'
     found = "; ".join(boundary(b) for b in r["boundaries"])
     ran = trials.get("count", len(trials.get("list", [])))
-    return f'| {path.stem} | {ran} | {r["wall_seconds"]:.1f} | {found} |'
+    ev = r.get("evidence") or {}
+    certs = ev.get("certificates") or []
+    agree = sum(1 for c in certs if c.get("agrees"))
+    certified = f"{len(certs)} ({agree} agree)" if ev.get("certified") else "–"
+    return f'| {path.stem} | {ran} | {certified} | {r["wall_seconds"]:.1f} | {found} |'
 
 
 def main():
     folder = pathlib.Path(sys.argv[1])
     names = sys.argv[2:] or sorted(p.stem for p in folder.glob("*.json"))
-    print("| run | trials | seconds | found |\n| --- | --- | --- | --- |")
+    print("| run | trials | certified on the GPU | seconds | found |\n| --- | --- | --- | --- | --- |")
     for n in names:
         print(row(folder / f"{n}.json"))
 

@@ -79,7 +79,11 @@ impl TrialOracle<'_> {
         if candidate.every_step || *candidate == Candidate::original() {
             config = config.measuring_need();
         }
-        let mut req = request(&config, self.device, self.device.engine.clone(), None);
+        let engine = match &self.device.streams {
+            Some(s) => s.certifier.clone(),
+            None => self.device.engine.clone(),
+        };
+        let mut req = request(&config, self.device, engine, None);
         req.fresh = true;
         let key = config.canonical_key() + " certified on the device";
         let job = Job {

@@ -131,6 +131,10 @@ pub struct DeviceArgs {
     /// --gpu names a card]
     #[arg(long, value_enum, value_name = "certified|stream|device", conflicts_with_all = ["exec", "estimate"])]
     pub evidence: Option<EvidenceArg>,
+    /// Internal (tests): without a GPU, certify the stream-only trials' verdicts with the model's
+    /// estimate, so that certificates and their disagreements run on any machine
+    #[arg(long, hide = true)]
+    pub certify_with_estimate: bool,
     /// Answer every trial from the model's memory estimate instead of training it: the whole
     /// diagnosis in seconds on any machine, under any ceiling, labelled as an estimate (its
     /// accuracy against an H200: docs/estimate.md). Confirm it on a GPU without this flag

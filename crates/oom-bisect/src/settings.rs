@@ -98,6 +98,9 @@ pub struct DeviceSettings {
 pub struct Streams {
     pub card: oom_trial::card::CardProps,
     pub certify: bool,
+    /// What runs the certificates: the built-in training on the GPU; in the tests without a GPU,
+    /// the model's estimate (`--certify-with-estimate`).
+    pub certifier: Engine,
 }
 
 impl DeviceSettings {
@@ -115,8 +118,24 @@ impl DeviceSettings {
         notes.extend(given.as_ref().and_then(|g| g.decimal_warning(ceiling)));
         let card = given.as_ref().and_then(|g| g.card());
         let ceiling_arg = given.map(|g| g.arg);
-        let (backend, device_name) = resolve_backend(args, config, &engine, card, &mut notes)?;
-        let streams = resolve_streams(args.evidence, config, &engine, backend, &device_name, card)?;
+        // The card a virtual device copies: the ceiling's, else the file's `device.gpu` (a flag's
+        // ceiling overrides the file's card as a ceiling, not as the card).
+        let virtual_card =
+            card.or_else(|| config.device.gpu.as_deref().and_then(crate::gpus::by_name));
+        let (backend, device_name) =
+            resolve_backend(args, config, &engine, virtual_card, &mut notes)?;
+        let mut streams = resolve_streams(
+            args.evidence,
+            config,
+            &engine,
+            backend,
+            &device_name,
+            virtual_card,
+        )?;
+        if let (Some(s), true) = (&mut streams, args.certify_with_estimate) {
+            s.certify = true;
+            s.certifier = Engine::Estimate;
+        }
         let virtual_total = streams
             .as_ref()
             .filter(|_| device_name.is_none())
@@ -355,6 +374,7 @@ fn resolve_streams(
             Ok(Some(Streams {
                 card: card.props(),
                 certify: false,
+                certifier: Engine::Train,
             }))
         }
         (_, true, Some(_)) => {
@@ -369,6 +389,7 @@ fn resolve_streams(
             Ok(Some(Streams {
                 card,
                 certify: wanted == EvidenceArg::Certified,
+                certifier: Engine::Train,
             }))
         }
     }
@@ -492,6 +513,10 @@ fn placement(args: &BisectArgs, device: &DeviceSettings) -> Placement {
         ceiling_by: device.ceiling_by,
         ceiling_bytes: device.ceiling_bytes,
         engine: device.engine.clone(),
-        streams_only: device.streams.as_ref().is_some_and(|s| !s.certify),
+        // Nothing runs on a GPU: stream-only trials alone, or certified by the estimate (tests).
+        streams_only: device
+            .streams
+            .as_ref()
+            .is_some_and(|s| !s.certify || s.certifier == Engine::Estimate),
     }
 }

@@ -70,7 +70,30 @@ impl Certified {
     }
 }
 
-impl TrialOracle<'_> {
+/// What starts certificates on the GPU's workers while the search still runs (it holds the
+/// oracle): the original's at the start, which on a cold cache compiles the kernels of every
+/// certificate of its precision while the streams run; each axis's sides as the axis settles.
+#[derive(Clone, Copy)]
+pub struct Starter<'a> {
+    base: &'a deeplab::Config,
+    device: &'a crate::settings::DeviceSettings,
+    pool: Option<&'a oom_trial::Pool<Job>>,
+    journal: &'a std::sync::Mutex<crate::journal::Journal>,
+}
+
+impl<'a> Starter<'a> {
+    pub fn of(
+        oracle: &TrialOracle<'a>,
+        journal: &'a std::sync::Mutex<crate::journal::Journal>,
+    ) -> Self {
+        Starter {
+            base: oracle.base,
+            device: oracle.device,
+            pool: oracle.certifier,
+            journal,
+        }
+    }
+
     /// The device's trial of `candidate` under the ceiling, as a certificate: filed in the journal
     /// apart from its stream.
     fn certificate(&self, candidate: &Candidate) -> Result<(Job, Request), String> {
@@ -87,18 +110,21 @@ impl TrialOracle<'_> {
         req.fresh = true;
         let key = config.canonical_key() + " certified on the device";
         let job = Job {
-            candidate: candidate.clone(),
+            candidate: Candidate {
+                unbounded: false,
+                ..candidate.clone()
+            },
             attempt: 0,
             key,
         };
         Ok((job, req))
     }
 
-    /// Starts the certificates of `candidates` on the GPU's free workers: the original's, at the
-    /// start, compiles the kernels of every certificate of its precision while the streams run.
-    pub fn start_certificates(&self, candidates: &[Candidate]) {
-        let Some(pool) = self.certifier else { return };
-        let journal = oom_trial::sync::lock(&self.journal);
+    /// Starts the certificates of `candidates` (those no earlier run certified) on the GPU's free
+    /// workers.
+    pub fn start(&self, candidates: &[Candidate]) {
+        let Some(pool) = self.pool else { return };
+        let journal = oom_trial::sync::lock(self.journal);
         let jobs = candidates
             .iter()
             .filter_map(|c| self.certificate(c).ok())
@@ -107,17 +133,20 @@ impl TrialOracle<'_> {
         drop(journal);
         pool.prefetch(jobs, true);
     }
+}
 
+impl TrialOracle<'_> {
     /// Runs the certificates of `list` on the GPU (all started at once), each answered from the
     /// journal where an earlier run certified it.
     fn certify(&self, list: Vec<ToCertify>) -> Vec<Certificate> {
         let Some(pool) = self.certifier else {
             return vec![];
         };
-        self.start_certificates(&list.iter().map(|c| c.candidate.clone()).collect::<Vec<_>>());
+        let starter = Starter::of(self, &self.journal);
+        starter.start(&list.iter().map(|c| c.candidate.clone()).collect::<Vec<_>>());
         list.into_iter()
             .filter_map(|c| {
-                let (job, req) = self.certificate(&c.candidate).ok()?;
+                let (job, req) = starter.certificate(&c.candidate).ok()?;
                 let earlier = oom_trial::sync::lock(&self.journal).lookup(&job.key, 0);
                 let device = earlier.unwrap_or_else(|| pool.get(&job, &req).report);
                 Some(Certificate {

@@ -147,16 +147,18 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     if stream_pool.is_some() {
         oracle.certifier = device_pool.as_ref();
     }
-    // The original's certificate starts at once: on a cold cache it compiles its precision's
-    // kernels while the streams run.
-    oracle.start_certificates(&[Candidate::original()]);
+    let journal_ref = Arc::clone(&oracle.journal);
+    let starter = crate::certify::Starter::of(&oracle, &journal_ref);
+    starter.start(&[Candidate::original()]);
     let clock = WallClock(Instant::now());
     let mut steps = output::bench::Steps::default();
     let (d, certified) = crate::certify::diagnose_certified(
         &mut oracle,
         &mut |e| {
-            if let oom_search::Event::Step { name } = e {
-                steps.mark(name, &pool.stats());
+            match e {
+                oom_search::Event::Step { name } => steps.mark(name, &pool.stats()),
+                oom_search::Event::Settled { candidates } => starter.start(candidates),
+                _ => {}
             }
             progress.on(e)
         },

@@ -205,7 +205,13 @@ fn explain_oom(s: &mut Searcher<'_>, space: &Space, opts: &SearchOptions, d: &mu
                 s.trials.extend(trials);
                 minimal
             }
-            None => minimise(s, space, early_seen(space, &d.axes), opts),
+            None => {
+                let minimal = minimise(s, space, early_seen(space, &d.axes), opts);
+                s.event(Event::Settled {
+                    candidates: vec![minimal.candidate.clone()],
+                });
+                minimal
+            }
         });
     }
 }
@@ -244,6 +250,21 @@ fn search_axes(
         };
         let r = bisect_axis_finely(s, axis, &Candidate::original(), 0, axis.original, &options);
         s.set_rerun_floor(0);
+        if let AxisVerdict::Boundary {
+            last_fit,
+            first_oom,
+            ..
+        }
+        | AxisVerdict::Unstable {
+            last_fit,
+            first_oom,
+            ..
+        } = &r.verdict
+        {
+            s.event(Event::Settled {
+                candidates: vec![last_fit.candidate.clone(), first_oom.candidate.clone()],
+            });
+        }
         r
     };
     let apart = |s: &mut Searcher<'_>, item: &(usize, &Axis)| {
@@ -254,6 +275,9 @@ fn search_axes(
                 first_key: Some(&item.1.key),
             };
             let minimal = minimise(s, space, seen, opts);
+            s.event(Event::Settled {
+                candidates: vec![minimal.candidate.clone()],
+            });
             (minimal, s.trials.split_off(before))
         });
         (r, early)

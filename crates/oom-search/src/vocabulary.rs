@@ -299,6 +299,9 @@ pub enum Event {
     },
     /// A step of the diagnosis begins: `axis batch`, `fixes`, `modules`, `minimal failing`.
     Step { name: String },
+    /// Verdicts the report will rest on are settled (an axis's two sides, the minimal failing
+    /// configuration): a caller that certifies them may start now, before the search ends.
+    Settled { candidates: Vec<Candidate> },
 }
 
 /// How one axis is searched.

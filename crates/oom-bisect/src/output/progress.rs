@@ -196,6 +196,7 @@ impl Progress {
             Event::Step { name } => {
                 self.line(&format!("── {name}"));
             }
+            Event::Settled { .. } => {}
             Event::TrialStarted {
                 candidate,
                 purpose,

@@ -17,6 +17,7 @@ test:
 # Formatting and lints, as CI checks them.
 lint:
     python3 tools/architecture.py
+    python3 tools/vendor-check.py
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
     RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --quiet

@@ -19,5 +19,7 @@ for peer in ${PEERS:-accelerate power binsearch}; do
     echo "$(tail -n 1 "$BENCH_OUT/peer-$peer.txt"); $(since "$t0") s with the interpreter" |
         tee -a "$BENCH_OUT/peers.md"
 done
-python3 "$(dirname "$0")/table.py" "$BENCH_OUT" capacity-builtin-cold capacity-builtin capacity-device capacity-exec | tee "$BENCH_OUT/table.md"
+runs=(capacity-builtin-cold capacity-builtin capacity-device)
+[ "${EXEC:-1}" = 1 ] && runs+=(capacity-exec)
+python3 "$(dirname "$0")/table.py" "$BENCH_OUT" "${runs[@]}" | tee "$BENCH_OUT/table.md"
 cat "$BENCH_OUT/peers.md" >>"$BENCH_OUT/table.md"

@@ -396,10 +396,14 @@ mod tests {
 
     const MIB: u64 = 1024 * 1024;
 
+    /// The notes are the process's: one test at a time counts them.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     /// The pool places blocks where the allocator does, frees a block once its handle is dropped,
     /// notes the stream, and under a cap releases a whole free segment before it fails.
     #[test]
     fn oom_bisect_torch_pool_follows_the_allocator_and_notes_its_stream() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let (mut pool, mut storage) = (TorchPool::new(0), BytesStorage::default());
         let before = stream_len();
         let a = pool.alloc(&mut storage, 30 * MIB).unwrap();
@@ -425,5 +429,34 @@ mod tests {
             "four requests, and the release of `a`"
         );
         assert!(matches!(events[before + 2], Event::Free { .. }));
+    }
+
+    /// A block the program released after submitting a task is not free for that task, however
+    /// late the device's thread runs it, and is for the next: the order of the stream is the
+    /// program's, not the threads'.
+    #[test]
+    fn oom_bisect_a_block_is_freed_in_the_programs_order() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut pool, mut storage) = (TorchPool::new(0), BytesStorage::default());
+        let a = pool.alloc(&mut storage, 12 * MIB).unwrap();
+        let late = next_task();
+        // Released on the program's thread after task `late` was submitted...
+        drop(a);
+        // ...which the device's thread runs only now: its request must not reuse `a`'s block.
+        enter_task(late);
+        let before = stream_len();
+        let b = pool.alloc(&mut storage, 12 * MIB).unwrap();
+        let (events, _) = stream();
+        assert!(
+            matches!(events[before..], [Event::Alloc { .. }]),
+            "no release before the request"
+        );
+        assert_eq!(pool.get_memory_usage().bytes_reserved, 24 * MIB, "a second segment");
+        enter_task(next_task());
+        let c = pool.alloc(&mut storage, 12 * MIB).unwrap();
+        let (events, _) = stream();
+        assert!(matches!(events[before + 1], Event::Free { .. }), "released before this task");
+        enter_task(0);
+        drop((b, c));
     }
 }

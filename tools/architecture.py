@@ -175,10 +175,45 @@ def rel(p):
     return str(p.relative_to(REPO))
 
 
+TICKED = re.compile(r"`([^`\n]+)`")
+CAMEL = re.compile(r"^[A-Z][a-z0-9]+[A-Za-z0-9]*$")
+SNAKE = re.compile(r"^[a-z_][a-z0-9_]*$")
+CRATE_WORDS = {"crate", "self", "super", "deeplab", "oom_search", "oom_trial", "pytorch_allocator", "oom_bisect"}
+
+
+def check_named(doc, crates):
+    """What docs/architecture.md names in backticks exists: each source file it names, each type
+    (CamelCase) as a word of the code, and each function or module after `::` as a definition."""
+    sources = [f for c in crates for f in c.files.values()] + list(REPO.glob("vendor/*/src/**/oom_bisect.rs"))
+    code = "\n".join(without_comments(f.read_text()) for f in sources)
+    words = set(re.findall(r"\b\w+\b", code))
+    defined = set(re.findall(r"\b(?:fn|mod|const|static|struct|enum|trait|type)\s+(\w+)", code))
+    defined |= set(re.findall(r"\bpub\s+(\w+)\s*:", code))  # a field (`Modules::encode`)
+    files = {str(f.relative_to(REPO)) for f in REPO.glob("crates/**/*.rs")}
+    findings = []
+    for token in sorted(set(TICKED.findall(doc.read_text()))):
+        name = token.split("(")[0].strip()
+        if name.endswith(".rs") or "/" in name:
+            path = name.split("::")[0]
+            if path.endswith(".rs") and not any(f == path or f.endswith("/" + path) for f in files):
+                findings.append(f"{rel(doc)}: `{token}` names a file the crates do not have")
+            continue
+        if name.startswith("-") or " " in name or not re.fullmatch(r"[\w:]+", name):
+            continue
+        segments = [x for x in name.split("::") if x and x not in CRATE_WORDS]
+        for i, seg in enumerate(segments):
+            if CAMEL.match(seg) and seg not in words:
+                findings.append(f"{rel(doc)}: `{token}` names {seg}, which the code does not have")
+            elif i > 0 and SNAKE.match(seg) and seg not in defined:
+                findings.append(f"{rel(doc)}: `{token}` names {seg}, which the code does not define")
+    return findings
+
+
 if __name__ == "__main__":
     REPO = Path(sys.argv[1] if len(sys.argv) > 1 else ".").resolve()
     crates = [Crate(d) for d in sorted((REPO / "crates").iterdir()) if (d / "Cargo.toml").exists()]
     findings = check_crates(crates)
+    findings += check_named(REPO / "docs" / "architecture.md", crates)
     for c in crates:
         findings += check_crate(c)
     for f in findings:

@@ -127,7 +127,7 @@ enum Answer {
     /// An earlier run's journal.
     Earlier(Box<TrialReport>),
     /// A trial, run now (or already started ahead).
-    Run(Job, Request),
+    Run(Job, Box<Request>),
 }
 
 impl TrialOracle<'_> {
@@ -168,7 +168,7 @@ impl TrialOracle<'_> {
             attempt,
             key,
         };
-        Ok(Answer::Run(job, req))
+        Ok(Answer::Run(job, Box::new(req)))
     }
 
     /// Whether `r`'s trial fitted after fewer steps than its config runs (a step far below its
@@ -224,7 +224,7 @@ impl Oracle for TrialOracle<'_> {
         let jobs = asks
             .iter()
             .filter_map(|(c, a)| match self.answer(c, *a) {
-                Ok(Answer::Run(job, req)) => Some((job, req)),
+                Ok(Answer::Run(job, req)) => Some((job, *req)),
                 _ => None,
             })
             .collect();

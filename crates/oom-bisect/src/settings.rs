@@ -380,7 +380,7 @@ fn resolve_streams(
         (_, true, Some(_)) => {
             let exe = std::env::current_exe()
                 .map_err(|e| user(code::NO_DEVICE, format!("cannot find this program: {e}")))?;
-            let card = oom_trial::card::probe(&exe, None).map_err(|e| {
+            let card = oom_trial::card_probe::probe(&exe, None).map_err(|e| {
                 user(
                     code::NO_DEVICE,
                     format!("{e:#}; --evidence device runs every trial on the GPU without it"),

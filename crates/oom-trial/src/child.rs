@@ -175,7 +175,7 @@ pub fn main(request: &str) -> i32 {
         }
     };
     if req.engine == Engine::Card {
-        return crate::card::answer_probe();
+        return crate::card_probe::answer_probe();
     }
     if req.engine == Engine::Estimate {
         crate::estimated::pretend_to_train();

@@ -6,6 +6,7 @@
 pub mod alloc;
 pub mod cache;
 pub mod card;
+pub mod card_probe;
 pub mod child;
 pub mod classify;
 #[cfg(feature = "cuda")]
@@ -38,7 +39,9 @@ pub use runner::{
 };
 pub use served::{ServedRunner, Serves};
 pub use switches::Switches;
-pub use trial_report::{ChildExit, OomInfo, StageMemory, StepRecord, TrialOutcome, TrialReport};
+pub use trial_report::{
+    ChildExit, Evidence, OomInfo, StageMemory, StepRecord, TrialOutcome, TrialReport,
+};
 
 mod device;
 mod shell;

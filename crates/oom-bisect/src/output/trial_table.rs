@@ -66,18 +66,24 @@ fn steps(r: &TrialReport) -> String {
     if !r.steps.is_empty() {
         s += "\nsteps:\n";
     }
+    // Only a GPU trial compiles kernels in its first step; a stream-only trial computes nothing.
+    let stream = matches!(r.evidence, oom_trial::Evidence::Stream { .. });
+    let compiles = r.backend == Some(oom_trial::BackendKind::Cuda) && !stream;
     for st in &r.steps {
+        let loss = match stream {
+            true => "loss not computed (stream only)".to_string(),
+            false => format!("loss {:.4}", st.loss),
+        };
         s += &format!(
-            "  step {}  {:>7.2} s{}  in use after {:>10}  loss {:.4}\n",
+            "  step {}  {:>7.2} s{}  in use after {:>10}  {loss}\n",
             st.step + 1,
             st.seconds,
-            if st.step == 0 {
+            if st.step == 0 && compiles {
                 " (includes kernel compilation)"
             } else {
                 "                              "
             },
             fmt_bytes(st.in_use_after_bytes),
-            st.loss
         );
     }
     if let Some(l) = r.leak_bytes_per_step.filter(|l| *l > 0) {

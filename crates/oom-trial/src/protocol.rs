@@ -157,7 +157,7 @@ pub enum Engine {
     /// asked for as on that card, no kernel compiled or run, no device memory taken. Its verdict
     /// and need are its stream's replay; the values it reads back were not computed.
     Stream { card: crate::card::CardProps },
-    /// Not a trial: this host's card, read by a child of its own ([`crate::card::probe`]).
+    /// Not a trial: this host's card, read by a child of its own ([`crate::card_probe::probe`]).
     Card,
 }
 

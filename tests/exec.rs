@@ -175,6 +175,33 @@ fn other_failures_are_errors_never_ooms() {
     assert!(r["error"].as_str().unwrap().contains("signal 9"), "{r}");
 }
 
+/// A caught out-of-memory a program logged on stdout reaches the holder when the buffer is
+/// flushed at exit, after the traceback of what really failed: the failure is read stream by
+/// stream, so the traceback's error is the verdict, not the logged line.
+#[test]
+fn a_logged_out_of_memory_flushed_after_a_traceback_is_not_the_failure() {
+    let d = tmp("flushed-oom");
+    let cfg = write(&d, "toy.toml", TOY);
+    let j = d.join("t.json");
+    let command = "python3 -c \"print('torch.OutOfMemoryError: CUDA out of memory. Tried to \
+                   allocate 2.00 GiB (caught, batch halved)'); raise ValueError('labels out of \
+                   range')\"";
+    let args = [
+        "trial",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--memory-limit",
+        "200MiB",
+        "--json",
+        j.to_str().unwrap(),
+    ];
+    let o = run_exec(&d, &args, command, &[]);
+    assert_eq!(code(&o), 125, "{}", text(&o));
+    let r = json(&j);
+    assert_eq!(r["outcome"], "error", "{r}");
+    assert!(r["error"].as_str().unwrap().contains("ValueError"), "{r}");
+}
+
 /// Whether `pid` runs: it exists and is not a zombie waiting for its new parent to reap it.
 fn alive(pid: i32) -> bool {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -737,15 +764,20 @@ fn command_bisect(
 
 /// Without `--serve`, a command that serves is served (found out from its first answer) and one
 /// that does not runs each trial in a process of its own (found out from its first trial, whose
-/// exit is its verdict); both find the toy's own boundary, and the report says which path ran.
+/// exit is its verdict); both find the toy's own boundary, and the report says which path ran. A
+/// command that would serve but has its input detached (`</dev/null`, `srun --input=none`) reads
+/// the end of its input and exits 0 having trained nothing: that is no fit, and its trials run
+/// in processes of their own.
 #[test]
 fn whether_a_command_serves_is_found_out_from_its_first_trial() {
     let want = toy_boundary(&tmp("auto-need"), 80 << 20);
     let not_serving = format!("OOM_BISECT_SERVE=0 {}", trainer());
+    let detached = format!("{} </dev/null", trainer());
     for (name, command, flags) in [
         ("auto-serves", trainer(), &[][..]),
         ("auto-alone", not_serving.clone(), &[][..]),
         ("auto-off", trainer(), &["--serve", "off"][..]),
+        ("auto-detached", detached.clone(), &[][..]),
     ] {
         let (o, r) = command_bisect(name, &command, flags, &[]);
         assert_eq!(code(&o), 0, "{name}: {}", text(&o));

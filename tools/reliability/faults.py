@@ -83,6 +83,18 @@ EXEC = [
     ("served: an answer before its request",
      "echo '{\"oom_bisect\":{\"trial_done\":\"fits\"}}'; exec cat", "error", ["--serve"]),
     ("served: exit 0 without answering", "read line; exit 0", "error", ["--serve"]),
+    # A command that would serve, with its input detached: the end of its input is no fit.
+    ("serve auto, input detached",
+     f"{{ if [ \"$OOM_BISECT_SERVE\" = 1 ]; then read line || exit 0; fi; echo '{TORCH_OOM}' >&2; exit 1; }} </dev/null",
+     "oom", []),
+    # A caught OOM logged on stdout, flushed at exit after the traceback of what failed.
+    ("a logged OOM flushed after a traceback",
+     f"python3 -c \"print('{TORCH_OOM} (caught, batch halved)'); raise ValueError('labels')\"", "error", []),
+    ("served: an answer of 9 KB",
+     "python3 -c \"import json, sys; r = json.loads(sys.stdin.readline()); "
+     f"print(json.dumps({{'oom_bisect': {{'trial_done': 'failed', 'id': r['id'], 'message': 'x' * 9000 + chr(10) + '{TORCH_OOM}'}}}}), flush=True); "
+     "sys.stdin.read()\"",
+     "oom", ["--serve", "--trial-timeout", "60"]),
 ]
 CODES = {"fits": 0, "oom": 3, "error": 125, "timeout": 125}
 
@@ -212,6 +224,33 @@ def file_cases(binary, t, tmp):
             t.n["clear errors"] += 1
         if open(cfg).read() != TINY.replace("batch = 2", "batch = 8") or open(journal, "rb").read() != before:
             t.fail("data lost", name, "an input was changed")
+    # A link planted where an output goes is never written through.
+    victim = os.path.join(tmp, "victim.txt")
+    open(victim, "w").write("precious")
+    for flag in ["--json", "--html"]:
+        name = f"{flag} is a planted link"
+        link = os.path.join(tmp, f"link{flag}")
+        if not os.path.lexists(link):
+            os.symlink(victim, link)
+        r = bisect(binary, tmp, cfg, ["--memory-limit", "150MiB", flag, link])
+        common_checks(t, name, r)
+        if r.returncode != 14:
+            t.fail("wrong exit codes", name, f"exit {r.returncode}")
+        else:
+            t.n["clear errors"] += 1
+        if open(victim).read() != "precious":
+            t.fail("data lost", name, "the file the link points to was changed")
+    # A launcher's task count from its environment, checked.
+    for tasks in ["100000", "0", "banana"]:
+        name = f"SLURM_NTASKS={tasks}"
+        r = run(binary, ["bisect", "--config", cfg, "--fake-trials", "--axes", "batch", "--memory-limit",
+                         "150MiB", "--launcher", "env", "--journal", os.path.join(tmp, "jn")], tmp,
+                env={"SLURM_NTASKS": tasks})
+        common_checks(t, name, r)
+        if r.returncode != 2 or b"SLURM_NTASKS" not in r.stderr:
+            t.fail("wrong exit codes", name, f"exit {r.returncode}")
+        else:
+            t.n["clear errors"] += 1
     # A line cut inside a character, first in the journal: every record still replayed.
     n = before.count(b"\n")
     open(journal, "wb").write(b'{"key": "\xe4\xb8\n' + before)

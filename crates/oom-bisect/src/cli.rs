@@ -192,7 +192,8 @@ pub struct BisectArgs {
         long,
         value_name = "N",
         default_value_t = 1,
-        conflicts_with = "no_confirm"
+        conflicts_with = "no_confirm",
+        value_parser = clap::value_parser!(u32).range(0..=100)
     )]
     pub confirm_runs: u32,
     /// Do not re-run boundaries (same as --confirm-runs 0)

@@ -203,6 +203,30 @@ fn slot(label: String, env: Vec<(String, String)>) -> Slot {
     Slot { label, env }
 }
 
+/// The most trials at once a launcher starts by default: `--jobs`'s own bound.
+const MAX_TASKS: usize = 256;
+
+/// `$SLURM_NTASKS`, where set: the tasks of the allocation, a launcher's trials at once by default.
+/// A value that is no count, or more than `--jobs` allows, is an error that says so: read as 1 or
+/// as 100,000 workers it would quietly run one trial at a time, or start a banner per task.
+fn slurm_tasks() -> Result<Option<usize>> {
+    let Some(v) = std::env::var_os("SLURM_NTASKS").filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let text = v.to_string_lossy();
+    match text.trim().parse::<usize>() {
+        Ok(n @ 1..=MAX_TASKS) => Ok(Some(n)),
+        Ok(n) if n > MAX_TASKS => Err(usage(&format!(
+            "SLURM_NTASKS is {n}, more trials at once than oom-bisect starts ({MAX_TASKS} at \
+             most): give --jobs N"
+        ))),
+        _ => Err(usage(&format!(
+            "SLURM_NTASKS is {text:?}, not a count of tasks (1 to {MAX_TASKS}): fix it, or give \
+             --jobs N"
+        ))),
+    }
+}
+
 fn launcher(line: &str, jobs: Option<usize>) -> Result<Dispatch> {
     if line.contains(['"', '\'', '\\', '$', '`']) {
         return Err(usage(
@@ -216,10 +240,10 @@ fn launcher(line: &str, jobs: Option<usize>) -> Result<Dispatch> {
             "--launcher is empty (e.g. --launcher 'srun -n1 --exact')",
         ));
     }
-    let tasks = std::env::var("SLURM_NTASKS")
-        .ok()
-        .and_then(|n| n.parse().ok());
-    let n = jobs.or(tasks).unwrap_or(1).max(1);
+    let n = match jobs {
+        Some(j) => j.max(1),
+        None => slurm_tasks()?.unwrap_or(1),
+    };
     Ok(Dispatch {
         slots: (0..n)
             .map(|i| slot(format!("{}:{i}", words[0]), vec![]))

@@ -19,19 +19,38 @@ pub fn create_parent(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Opens `path` for appending, creating it and its directory.
-pub fn open_append(path: &Path) -> Result<std::fs::File> {
+/// Opens `path` for writing, creating it and its directory: appending, or from its start,
+/// emptied. A final symbolic link is refused rather than followed: in a shared directory (or as
+/// root) a link planted where an output goes would have it replace or grow another file.
+fn open_output(path: &Path, append: bool) -> Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
     create_parent(path)?;
     std::fs::OpenOptions::new()
         .create(true)
-        .append(true)
+        .append(append)
+        .write(true)
+        .truncate(!append)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(path)
         .map_err(|e| {
+            let why = match e.raw_os_error() {
+                Some(libc::ELOOP) => {
+                    "it is a symbolic link, and oom-bisect writes no file through a link: give \
+                     the file's own path"
+                        .to_string()
+                }
+                _ => e.to_string(),
+            };
             user(
                 code::UNWRITABLE,
-                format!("cannot write {}: {e}", path.display()),
+                format!("cannot write {}: {why}", path.display()),
             )
         })
+}
+
+/// Opens `path` for appending, creating it and its directory (never through a final link).
+pub fn open_append(path: &Path) -> Result<std::fs::File> {
+    open_output(path, true)
 }
 
 /// Checks that a file can be written at `path` before hours of trials are spent, without leaving an
@@ -40,11 +59,39 @@ pub fn open_append(path: &Path) -> Result<std::fs::File> {
 pub fn check_writable(path: &Path) -> Result<()> {
     not_special(path).map_err(|e| user(code::UNWRITABLE, e))?;
     let existed = path.exists();
-    open_append(path)?;
+    let file = open_append(path)?;
+    let room = free_bytes(&file);
+    drop(file);
     if !existed {
         let _ = std::fs::remove_file(path);
     }
-    Ok(())
+    match room {
+        Some(free) if free < MIN_FREE => Err(user(
+            code::UNWRITABLE,
+            format!(
+                "cannot write {}: its file system has {free} bytes free, too few for the \
+                 trials' records (free some space, or give another directory)",
+                path.display()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Room a diagnosis's files need at the start: a few journal records (a record is a few KiB).
+const MIN_FREE: u64 = 64 << 10;
+
+/// The bytes an unprivileged writer may still add to the file system holding `file`.
+fn free_bytes(file: &std::fs::File) -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    let mut s = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: fstatvfs fills the struct for an open descriptor; it is read only on success.
+    let ok = unsafe { libc::fstatvfs(file.as_raw_fd(), s.as_mut_ptr()) } == 0;
+    ok.then(|| {
+        // SAFETY: initialised by the successful call above.
+        let s = unsafe { s.assume_init() };
+        s.f_bavail * s.f_frsize
+    })
 }
 
 /// `Err` with the reason where `path` exists (through links) and is not a regular file.
@@ -83,15 +130,17 @@ pub fn read_bounded(path: &Path, max: u64) -> std::result::Result<Vec<u8>, Strin
     }
 }
 
-/// Writes `text` to `path`, creating its directory.
+/// Writes `text` to `path`, creating its directory (never through a final link).
 pub fn write_file(path: &Path, text: &str) -> Result<()> {
-    create_parent(path)?;
-    std::fs::write(path, text).map_err(|e| {
-        user(
-            code::UNWRITABLE,
-            format!("cannot write {}: {e}", path.display()),
-        )
-    })
+    use std::io::Write;
+    open_output(path, false)?
+        .write_all(text.as_bytes())
+        .map_err(|e| {
+            user(
+                code::UNWRITABLE,
+                format!("cannot write {}: {e}", path.display()),
+            )
+        })
 }
 
 /// What a path names, for comparing two: the file itself where it exists (links and `..` see

@@ -73,9 +73,9 @@ fn main() {
     oom_trial::install_interrupt_handler();
     let result = match &cli.command {
         Command::Bisect(a) => commands::bisect(a),
-        Command::Trial(a) => commands::trial(a).map_err(exit_codes::for_git_bisect),
-        Command::Inspect(a) => commands::inspect(a),
-        Command::Bench(a) => commands::bench(a),
+        Command::Trial(a) => commands::trial::trial(a).map_err(exit_codes::for_git_bisect),
+        Command::Inspect(a) => commands::inspect::inspect(a),
+        Command::Bench(a) => commands::bench::bench(a),
         Command::Completions { shell } => {
             use clap::CommandFactory as _;
             let mut out = Vec::new();

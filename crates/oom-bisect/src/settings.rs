@@ -105,6 +105,7 @@ pub struct Streams {
 
 impl DeviceSettings {
     pub fn resolve(args: &DeviceArgs, config: &Config) -> Result<DeviceSettings> {
+        oom_trial::estimated::fake_seconds().map_err(|e| user(code::USAGE, e))?;
         let engine = match (&args.exec, args.estimate) {
             (Some(command), _) => Engine::Exec {
                 command: check_exec(command)?,

@@ -672,7 +672,16 @@ fn write_stream(
         })
         .collect();
     let text = serde_json::json!({ "before": before, "events": events }).to_string();
-    std::fs::write(path, text)
+    // Never through a final link: one planted there would have the trial replace another file.
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
         .map_err(|e| anyhow!("{STREAM_OUT}: cannot write {}: {e}", path.display()))
 }
 

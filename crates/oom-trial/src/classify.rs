@@ -261,6 +261,23 @@ fn ignored_blocks(lines: &[&str]) -> Vec<bool> {
 }
 
 /// How a failed command's output classifies: by its failure message alone.
+/// The failure a command's output tells, read stream by stream: its stderr's last failure line
+/// (where tracebacks, panics and `terminate` go), else its stdout's, else the last line of either.
+/// A program's stdout reaches us when its buffer is flushed, often at exit and after a traceback
+/// printed later: what it logged there (a caught out-of-memory) never takes the failure's place.
+pub fn failure_by_stream(stdout: &str, stderr: &str) -> Option<String> {
+    let fails = |text: &str| {
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        let ignored = ignored_blocks(&lines);
+        (0..lines.len()).any(|i| !ignored[i] && is_failure_line(lines[i]))
+    };
+    match (fails(stderr), fails(stdout)) {
+        (true, _) => failure_message(stderr),
+        (false, true) => failure_message(stdout),
+        (false, false) => failure_message(stderr).or_else(|| failure_message(stdout)),
+    }
+}
+
 pub fn classify_output(output: &str) -> (Option<String>, MessageKind) {
     let message = failure_message(output);
     let kind = message

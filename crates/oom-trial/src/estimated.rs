@@ -113,13 +113,27 @@ fn refused(events: Vec<ChildEvent>, in_use: u64, request: u64) -> Answer {
 /// scheduling of trials (parallel workers, trials started ahead) can be timed without a GPU.
 pub const FAKE_SECONDS_ENV: &str = "OOM_BISECT_FAKE_TRIAL_SECONDS";
 
+/// How long a fake trial takes (`OOM_BISECT_FAKE_TRIAL_SECONDS`, unset or empty: no time), or
+/// why the variable's value is not one: the parent checks it before the first trial.
+pub fn fake_seconds() -> Result<Option<f64>, String> {
+    match std::env::var(FAKE_SECONDS_ENV) {
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Ok(v) if v.is_empty() => Ok(None),
+        Ok(v) => match v.trim().parse::<f64>() {
+            Ok(s) if s.is_finite() && (0.0..=3600.0).contains(&s) => Ok(Some(s)),
+            _ => Err(format!(
+                "{FAKE_SECONDS_ENV} is {v:?}: give seconds from 0 to 3600 (e.g. 0.5), or unset it"
+            )),
+        },
+        Err(std::env::VarError::NotUnicode(v)) => Err(format!(
+            "{FAKE_SECONDS_ENV} is {v:?}: give seconds from 0 to 3600 (e.g. 0.5), or unset it"
+        )),
+    }
+}
+
 pub fn pretend_to_train() {
-    let secs = std::env::var(FAKE_SECONDS_ENV)
-        .ok()
-        .and_then(|v| v.parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s > 0.0);
-    if let Some(s) = secs {
-        std::thread::sleep(std::time::Duration::from_secs_f64(s.min(3600.0)));
+    if let Ok(Some(s)) = fake_seconds() {
+        std::thread::sleep(std::time::Duration::from_secs_f64(s));
     }
 }
 

@@ -22,7 +22,7 @@ pub use config_file::temp_dir;
 pub use contain::on_stop;
 mod contain;
 mod held;
-mod peak;
+pub(crate) mod peak;
 mod torch_trace;
 pub use torch_trace::read_file as read_torch_trace;
 #[cfg(feature = "cuda")]
@@ -59,6 +59,10 @@ pub const HELD_BY_ENV: &str = "OOM_BISECT_CEILING_BY";
 pub const SERVE_ENV: &str = "OOM_BISECT_SERVE";
 /// How much of a served command's output in one trial is kept for classification.
 const OUTPUT_TAIL: usize = 64 << 10;
+
+/// The longest line read whole, so that a figures line (a served trial's `trial_done` with a long
+/// traceback as its message) is still read as one; any other line is then cut to [`MAX_LINE`].
+const FIGURES_LINE: usize = 1 << 20;
 /// Replaced in the command by the config file's path, as one shell word.
 pub const CONFIG_PLACEHOLDER: &str = "{config}";
 /// How often memory is read while the command runs: device memory is one driver call; resident
@@ -97,10 +101,10 @@ pub struct Figures {
     pub id: Option<String>,
 }
 
-/// A line of the command's output: its figures, or (served) any other line.
+/// A line of the command's output: its figures, or any other line, and whether it came on stderr.
 enum Line {
     Figures(Figures),
-    Other(String),
+    Other(String, bool),
 }
 
 #[derive(Deserialize)]
@@ -143,7 +147,7 @@ pub fn run(req: &Request, command: &str) -> Result<()> {
         return serve(cmd, req, file);
     }
     cmd.held.emit_start();
-    let mut trial = Trial::default();
+    let mut trial = Trial::new();
     let end = cmd.watch(&mut trial, deadline(req), None)?;
     cmd.ended(end, trial);
     Ok(())
@@ -190,7 +194,7 @@ fn serve(mut cmd: Watched, first: &Request, file: ConfigFile) -> Result<()> {
         let turn = crate::protocol::take_turn(req.ceiling)?;
         cmd.held.emit_start();
         let id = cmd.give(&later.as_ref().unwrap_or(&file).path);
-        let mut trial = Trial::default();
+        let mut trial = Trial::new();
         let end = cmd.watch(&mut trial, deadline(&req), Some(&id))?;
         drop(turn);
         match end {
@@ -257,14 +261,34 @@ struct Trial {
     now: Option<u64>,
     /// A served command's other lines in this trial (classified instead of the holder's stderr).
     output: Option<Tail>,
+    /// The trial's lines on each stream, for its failure ([`failure_by_stream`]).
+    stdout: Tail,
+    stderr: Tail,
 }
 
 impl Trial {
-    /// A line of a served command's output in this trial.
-    fn other(&mut self, line: String) {
+    fn new() -> Trial {
+        Trial {
+            stdout: Tail::new(OUTPUT_TAIL),
+            stderr: Tail::new(OUTPUT_TAIL),
+            ..Trial::default()
+        }
+    }
+
+    /// A line of the command's output in this trial (`err`: on its stderr).
+    fn other(&mut self, line: String, err: bool) {
+        match err {
+            true => self.stderr.push(line.clone()),
+            false => self.stdout.push(line.clone()),
+        }
         if let Some(o) = &mut self.output {
             o.push(line);
         }
+    }
+
+    /// The failure the trial's output tells, stream by stream.
+    fn failure(&self) -> Option<String> {
+        crate::classify::failure_by_stream(&self.stdout.text(), &self.stderr.text())
     }
 }
 
@@ -292,7 +316,7 @@ impl Watched {
         let (mut child, output) = spawn(command, config, &held, &trace.env(), &contain, serve)?;
         Ok(Watched {
             input: child.stdin.take(),
-            lines: read_output(output, serve),
+            lines: read_output(output),
             child,
             held,
             contain,
@@ -320,7 +344,7 @@ impl Watched {
                 match line {
                     Line::Figures(f) if f.trial_done.is_some() => return Ok(answer(f, id)),
                     Line::Figures(f) => trial.peak.take(f, trial.now),
-                    Line::Other(l) => trial.other(l),
+                    Line::Other(l, err) => trial.other(l, err),
                 }
             }
             if ticks.is_multiple_of(10) {
@@ -358,6 +382,7 @@ impl Watched {
             peak_source,
             unheld: self.held.unheld(trial.peak.sampled),
             served: true,
+            // Its answer names the failure: the message last in `output`.
             output: Some(output.text()),
             ..Exited::default()
         }));
@@ -390,7 +415,7 @@ impl Watched {
         {
             match line {
                 Line::Figures(f) => trial.peak.take(f, trial.now),
-                Line::Other(l) => trial.other(l),
+                Line::Other(l, err) => trial.other(l, err),
             }
         }
         if status.is_some_and(|s| s.success()) {
@@ -410,6 +435,7 @@ impl Watched {
             peak_source,
             unheld: self.held.unheld(trial.peak.sampled),
             served: false,
+            failure: trial.failure(),
             output: trial.output.map(|o| o.text()),
         }));
     }
@@ -484,9 +510,10 @@ impl Watched {
     }
 }
 
-/// Starts the command through `sh -c`, stdout and stderr on one pipe of the holder's (so that
-/// nothing it leaves behind holds the parent's pipes, and its lines keep their order), in the
-/// command's own cgroup where there is one; a served command's stdin is a pipe for its trials.
+/// Starts the command through `sh -c`, stdout and stderr on pipes of the holder's (so that nothing
+/// it leaves behind holds the parent's pipes), one each, so that its failure is read stream by
+/// stream; in the command's own cgroup where there is one; a served command's stdin is a pipe for
+/// its trials.
 fn spawn(
     command: &str,
     config: &Path,
@@ -494,16 +521,17 @@ fn spawn(
     env: &[(String, String)],
     contain: &Containment,
     serve: bool,
-) -> Result<(Child, PipeReader)> {
+) -> Result<(Child, [PipeReader; 2])> {
     let (read, write) = std::io::pipe().context("could not make a pipe for the command")?;
+    let (err_read, err_write) = std::io::pipe().context("could not make a pipe for the command")?;
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
         .arg(command_line(command, config))
         .env(CONFIG_ENV, config)
         .envs(held.env.iter().chain(env).map(|(k, v)| (k, v)))
         .stdin(if serve { Stdio::piped() } else { Stdio::null() })
-        .stdout(write.try_clone().context("could not duplicate the pipe")?)
-        .stderr(write);
+        .stdout(write)
+        .stderr(err_write);
     if serve {
         cmd.env(SERVE_ENV, "1");
     }
@@ -522,21 +550,30 @@ fn spawn(
         .context("could not start /bin/sh for the command")?;
     // The holder keeps no write end: the pipe ends when the command's last process closes it.
     drop(cmd);
-    Ok((child, read))
+    Ok((child, [read, err_read]))
 }
 
-/// Reads the command's output on a thread: its figures lines come back on the channel, every other
-/// line goes to stderr (where the parent reads out-of-memory messages and error tails), in blocks,
-/// lines cut and decoded lossily ([`crate::lines`]); a served command's other lines also come
-/// back (`others`), as each trial's output is classified on its own.
-fn read_output<R: Read + Send + 'static>(out: R, others: bool) -> Receiver<Line> {
+/// Reads the command's stdout and stderr, each on a thread: its figures lines come back on the
+/// channel, every other line goes to the holder's stderr (where the parent reads out-of-memory
+/// messages and error tails), in blocks, lines cut and decoded lossily ([`crate::lines`]), and
+/// comes back too with its stream, as each trial's failure is read stream by stream.
+fn read_output<R: Read + Send + 'static>(outs: [R; 2]) -> Receiver<Line> {
     let (tx, rx) = mpsc::channel();
+    for (out, err) in outs.into_iter().zip([false, true]) {
+        read_stream(out, err, tx.clone());
+    }
+    rx
+}
+
+/// One of [`read_output`]'s streams (`err`: the command's stderr).
+fn read_stream<R: Read + Send + 'static>(out: R, err: bool, tx: mpsc::Sender<Line>) {
     std::thread::spawn(move || {
-        let stderr = std::io::stderr();
-        let forward = std::cell::RefCell::new(BufWriter::with_capacity(1 << 16, stderr.lock()));
+        // Two streams forward at once: each writes its blocks through the handle, which locks
+        // per write (a lock held for a thread's life would stop the other stream's thread).
+        let forward = std::cell::RefCell::new(BufWriter::with_capacity(1 << 16, std::io::stderr()));
         read_lines(
             out,
-            MAX_LINE,
+            FIGURES_LINE,
             |line| match figures(&line) {
                 // How many become events is bounded per trial (`Peak::take`).
                 Some(f) => {
@@ -544,10 +581,9 @@ fn read_output<R: Read + Send + 'static>(out: R, others: bool) -> Receiver<Line>
                 }
                 // A parent that stopped reading costs the forwarded lines, never the trial.
                 None => {
+                    let line = crate::lines::cut(line, MAX_LINE);
                     let _ = writeln!(forward.borrow_mut(), "{line}");
-                    if others {
-                        let _ = tx.send(Line::Other(line));
-                    }
+                    let _ = tx.send(Line::Other(line, err));
                 }
             },
             || {
@@ -556,7 +592,6 @@ fn read_output<R: Read + Send + 'static>(out: R, others: bool) -> Receiver<Line>
         );
         let _ = forward.borrow_mut().flush();
     });
-    rx
 }
 
 #[cfg(test)]

@@ -61,6 +61,21 @@ pub fn read_lines<R: Read>(
     }
 }
 
+/// `line` cut to at most `max` bytes (on a character's boundary), saying how much was cut.
+pub fn cut(mut line: String, max: usize) -> String {
+    if line.len() <= max {
+        return line;
+    }
+    let mut end = max;
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    let dropped = line.len() - end;
+    line.truncate(end);
+    line.push_str(&format!(" … [{dropped} more bytes cut]"));
+    line
+}
+
 /// The last lines of a stream, at most `max_bytes` of them together.
 #[derive(Debug, Default)]
 pub struct Tail {

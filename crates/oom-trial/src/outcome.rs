@@ -316,7 +316,11 @@ fn exec_verdict(r: &mut TrialReport, x: &Exited, at: Option<&Location>, stderr: 
     // after `std::bad_alloc`, a Rust panic built to abort), and its failing message tells.
     let aborted = x.signal == Some(libc::SIGABRT) || x.code == Some(128 + libc::SIGABRT);
     let killed = !aborted && (x.signal.is_some() || x.code.is_some_and(|c| c > 128));
-    let (message, kind) = classify_output(&output);
+    // The holder read the failure stream by stream where it could (`Exited::failure`).
+    let (message, kind) = match &x.failure {
+        Some(f) => (Some(f.clone()), classify_message(f)),
+        None => classify_output(&output),
+    };
     if let (Some(m), MessageKind::AllocationFailure { bytes }, false) = (message, kind, killed) {
         let traced = traced_place(at, &output);
         return set_oom(r, traced.as_ref().or(at), m, bytes);

@@ -512,6 +512,12 @@ pub struct Exited {
     /// classified, instead of the holder's stderr, which holds every trial's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
+    /// The failure its output tells, read stream by stream: the last failure line of its stderr
+    /// (tracebacks, panics, `terminate`), else of its stdout. A line a program prints to stdout
+    /// (a caught out-of-memory it logged) arrives when its buffer is flushed, after a traceback
+    /// printed later; by stream it cannot take the traceback's place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
 }
 
 /// A float that may be NaN or infinite: JSON has no such numbers (serde_json writes `null`, which

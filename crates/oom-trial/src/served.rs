@@ -189,14 +189,14 @@ impl ServedRunner {
     fn serve(
         &self,
         mut h: Holder,
-        request: &Request,
+        asked: &Request,
         started: Instant,
     ) -> (TrialReport, Option<Holder>) {
         let probe = *lock(&self.serves) == Serves::Unknown;
         let request = Request {
             serve: true,
             probe,
-            ..self.base.holder_request(request)
+            ..self.base.holder_request(asked)
         };
         h.send(&request);
         h.used = true;
@@ -218,6 +218,13 @@ impl ServedRunner {
             .any(|e| matches!(e, ChildEvent::Exited(x) if x.code.is_some() && x.broke.is_none()));
         if ran_alone {
             self.learn(probe, Serves::No);
+            // Asked to serve with its input detached (`</dev/null`, `srun --input=none`), a
+            // command that serves reads the end of its input and exits 0 having trained nothing:
+            // an exit 0 that told nothing of a trial is no verdict. The trial runs again in a
+            // process of its own, where the command takes its config from its command line.
+            if probe && exited_zero(&all) && !told_of_a_trial(&all) {
+                return (self.base.run(asked), None);
+            }
         }
         (assemble(&all, exit, &stderr, secs()), None)
     }
@@ -228,6 +235,23 @@ impl ServedRunner {
             *lock(&self.serves) = serves;
         }
     }
+}
+
+/// Whether the command ended by exiting 0.
+fn exited_zero(events: &[ChildEvent]) -> bool {
+    events
+        .iter()
+        .any(|e| matches!(e, ChildEvent::Exited(x) if x.code == Some(0)))
+}
+
+/// Whether the command said anything of a trial: a figure line (where it is, a step done, its
+/// peak), which the holder turns into events.
+fn told_of_a_trial(events: &[ChildEvent]) -> bool {
+    events.iter().any(|e| match e {
+        ChildEvent::Mark { .. } | ChildEvent::Step { .. } => true,
+        ChildEvent::Exited(x) => x.peak_source.as_deref() == Some(crate::exec::peak::OWN_PEAK),
+        _ => false,
+    })
 }
 
 impl Drop for ServedRunner {

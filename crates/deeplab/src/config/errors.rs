@@ -197,10 +197,22 @@ pub(crate) fn check_keys(table: &toml::Table) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// serde's message on one line: it quotes the offending value, whose control characters (a newline
+/// starting a line that reads like oom-bisect's own `error:`) are written as escapes.
+fn one_line(msg: &str) -> String {
+    msg.trim()
+        .chars()
+        .flat_map(|c| match c.is_control() {
+            true => c.escape_default().collect::<Vec<_>>(),
+            false => vec![c],
+        })
+        .collect()
+}
+
 /// Turns serde's message into a key-naming error.
 pub(crate) fn type_error(table: &toml::Table, err: toml::de::Error) -> ConfigError {
     // serde does not say which key failed for nested tables; find it by deserialising each section.
-    let msg = err.message().to_string();
+    let msg = one_line(err.message());
     for (section, value) in table {
         let Some(inner) = value.as_table() else {
             continue;
@@ -213,14 +225,11 @@ pub(crate) fn type_error(table: &toml::Table, err: toml::de::Error) -> ConfigErr
                 .as_table_mut()
                 .map(|s| s.insert(key.clone(), v.clone()));
             if let Err(e) = toml::Value::Table(probe).try_into::<Config>() {
-                return ConfigError::new(
-                    format!("{section}.{key}"),
-                    e.message().trim().to_string(),
-                );
+                return ConfigError::new(format!("{section}.{key}"), one_line(e.message()));
             }
         }
     }
-    ConfigError::new("config", msg.trim().to_string())
+    ConfigError::new("config", msg)
 }
 
 /// The dotted key whose line holds byte `offset` (`model.classes` for `classes = 1e99` under

@@ -69,7 +69,11 @@ impl Drop for ConfigFile {
 /// `$TMPDIR`, or `/tmp`: an existing directory, never created (a missing `$TMPDIR` is a mistake
 /// to report, not a path to make).
 pub fn temp_dir() -> Result<PathBuf> {
-    let tmp = std::env::temp_dir();
+    // An empty `$TMPDIR` is unset, as for other tools: the system's.
+    let tmp = match std::env::var_os("TMPDIR").filter(|v| v.is_empty()) {
+        Some(_) => PathBuf::from("/tmp"),
+        None => std::env::temp_dir(),
+    };
     // The command's `{config}` is a path in here, and a shell reads it in whatever quotes the
     // command puts around it: `$(…)`, quotes or spaces in it would run or split.
     let plain = |s: &str| {

@@ -7,6 +7,9 @@ use crate::emit::{emit, since_start};
 use crate::protocol::{ChildEvent, Location};
 use deeplab::Phase;
 
+/// Where a peak comes from when the command printed it itself.
+pub const OWN_PEAK: &str = "the command's own figure";
+
 /// The most step and stage events one trial passes on: a command that reports every iteration
 /// of a long run would otherwise fill the trial's JSON and the journal (300,000 steps: 38 MB).
 const MAX_STEPS: usize = 1_000;
@@ -76,7 +79,7 @@ impl Peak {
 
     pub fn best(&self, held: &Held) -> (Option<u64>, Option<String>) {
         if let Some(p) = self.own {
-            return (Some(p), Some("the command's own figure".into()));
+            return (Some(p), Some(OWN_PEAK.into()));
         }
         match held.peak(self.sampled).filter(|p| *p > 0) {
             Some(p) => (Some(p), Some(held.source().into())),

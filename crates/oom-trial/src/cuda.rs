@@ -173,7 +173,7 @@ impl CudaCeiling {
     /// less this process's context, measured by NVML (other trials share the card).
     fn cap(ceiling: Ceiling) -> Result<CudaCeiling> {
         // Held until the trial's process ends, which frees its memory.
-        std::mem::forget(crate::protocol::take_turn(ceiling)?);
+        std::mem::forget(crate::turns::take_turn(ceiling)?);
         let (name, dev) = open_device()?;
         let gpu = nvml_of(dev).context("a capped ceiling reads this process's device memory")?;
         let own = gpu.process_used(std::process::id())?.with_context(|| {

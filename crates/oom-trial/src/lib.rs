@@ -27,11 +27,12 @@ pub mod served;
 pub mod switches;
 pub mod sync;
 pub mod trial_report;
+pub mod turns;
 
 pub use outcome::assemble;
 pub use pool::{Finished, Pool, Worker};
 pub use protocol::{
-    BackendKind, Ceiling, CeilingBy, ChildEvent, Engine, Fault, Request, CARD_LOCK_ENV, SUBCOMMAND,
+    BackendKind, Ceiling, CeilingBy, ChildEvent, Engine, Fault, Request, SUBCOMMAND,
 };
 pub use runner::{
     install_interrupt_handler, kill_running_trials, parse_events, ProcessRunner, TrialRunner,
@@ -42,6 +43,7 @@ pub use switches::Switches;
 pub use trial_report::{
     ChildExit, Evidence, OomInfo, StageMemory, StepRecord, TrialOutcome, TrialReport,
 };
+pub use turns::CARD_LOCK_ENV;
 
 mod device;
 mod shell;

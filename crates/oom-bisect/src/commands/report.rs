@@ -155,7 +155,7 @@ pub(super) fn report_run(run: &BisectRun) -> Result<i32> {
 }
 
 /// Configurations that fit here but that PyTorch refuses to train (see
-/// [`Architecture::pytorch_refusal`]), once per reason, naming the first such candidate.
+/// [`deeplab::Architecture::pytorch_refusal`]), once per reason, naming the first such candidate.
 fn refusals(base: &deeplab::Config, d: &oom_search::Diagnosis) -> Vec<String> {
     let mut notes: Vec<String> = vec![];
     for c in answers(d) {

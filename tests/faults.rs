@@ -1464,7 +1464,7 @@ fn a_full_disk_is_found_before_the_first_trial() {
             std::env::var_os("OOM_BISECT_TEST_MOUNT").is_none(),
             "cannot mount a tmpfs"
         );
-        eprintln!("skipped: cannot mount a tmpfs here");
+        common::skipped("cannot mount a tmpfs here");
         return;
     }
     let _ = std::fs::write(mnt.join("fill"), vec![0u8; 60 << 10]);

@@ -64,7 +64,8 @@ pub const DEFAULT_TRIAL_TIMEOUT: u64 = 600;
 /// The ceiling flags (one at most), shared by the commands that run trials and `inspect`.
 #[derive(Debug, Args, Default)]
 pub struct CeilingArgs {
-    /// Ceiling as a size: 24GiB, 24000MiB, or plain bytes; `none` removes the config's ceiling
+    /// Ceiling as a size with its unit: 24GiB, 24000MiB, 24GB (decimal), 25769803776B; `none`
+    /// removes the config's ceiling
     #[arg(
         long,
         value_name = "SIZE",
@@ -81,7 +82,8 @@ pub struct CeilingArgs {
     )]
     pub memory_fraction: Option<f64>,
     /// Ceiling of a known card, e.g. rtx3090; `--gpu help` lists them
-    #[arg(long, value_name = "NAME", group = "ceiling")]
+    #[arg(long, value_name = "NAME", group = "ceiling", value_parser = CardName,
+          hide_possible_values = true)]
     pub gpu: Option<String>,
 }
 
@@ -100,7 +102,7 @@ pub struct DeviceArgs {
     /// Your own training command as the trial, run through `sh -c`: `{config}` becomes the
     /// candidate's config file (also $OOM_BISECT_CONFIG), the ceiling is $OOM_BISECT_MEMORY_LIMIT
     /// (held on CUDA, only passed on on the CPU). Exit 0 fits; a framework's out-of-memory message
-    /// is an OOM; anything else an error. See the README, "Your own training script"
+    /// is an OOM; anything else an error. See docs/guide.md, "Your own training command"
     #[arg(long, value_name = "COMMAND", conflicts_with = "estimate")]
     pub exec: Option<String>,
     /// With --exec: whether your command serves trials, one after another in one process per
@@ -342,5 +344,34 @@ pub fn parse_duration(v: &str) -> Result<std::time::Duration, String> {
         _ => Err(format!(
             "{v:?} is too long (allowed: at most 7 days, e.g. 168h)"
         )),
+    }
+}
+
+/// `--gpu`'s values: any text (a name it does not know gets the error that lists the cards), with
+/// the known cards as the values a shell completes.
+#[derive(Clone)]
+struct CardName;
+
+impl clap::builder::TypedValueParser for CardName {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        clap::builder::StringValueParser::new().parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        let cards = crate::gpus::GPUS
+            .iter()
+            .map(|c| clap::builder::PossibleValue::new(c.name).help(c.desc));
+        Some(Box::new(cards.chain([
+            clap::builder::PossibleValue::new("help").help("list the cards"),
+        ])))
     }
 }

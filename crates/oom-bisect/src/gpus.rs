@@ -288,8 +288,8 @@ pub const GPUS: &[Card] = &[
         &["h100-80"],
         "NVIDIA H100 80 GB",
         80,
-        None,
-        BOX,
+        Some(79.18),
+        "this tool's card probe on an NVIDIA H100 80GB HBM3, driver 580: 85,017,493,504 B",
         Spec {
             compute_capability: (9, 0),
             multiprocessors: 132,
@@ -469,8 +469,7 @@ mod tests {
         assert_eq!(super::lookup("rtx3090"), super::lookup("3090"));
         assert!((gib(super::lookup("a100").unwrap().0) - 39.50).abs() < 0.005);
         assert!(super::lookup("voodoo2").is_none());
-        // Without a CUDA report, the box.
-        assert_eq!(super::lookup("h100").unwrap().0, 80 << 30);
+        assert!((gib(super::lookup("h100").unwrap().0) - 79.18).abs() < 0.005);
         // Every card's source is a report, or says there is none.
         for c in super::GPUS {
             assert!(

@@ -53,4 +53,4 @@ pub use device::{
     cuda_device, cuda_device_count, cuda_free_bytes, cuda_total_bytes, host_available, host_total,
 };
 pub use shell::shell_word;
-pub use units::{fmt_bytes, parse_size};
+pub use units::{exact_size, fmt_bytes, parse_size};

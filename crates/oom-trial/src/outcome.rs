@@ -253,11 +253,15 @@ fn judge_by_replay(r: &mut TrialReport, marks: &[(Location, usize)]) {
         .rev()
         .find(|(_, n)| *n <= f.index)
         .map(|(l, _)| l);
+    let retried = match a.retries_at_ceiling {
+        0 => "with nothing cached to release".to_string(),
+        1 => "after releasing its cache and retrying once".into(),
+        n => format!("after releasing its cache and retrying {n} times"),
+    };
     let message = format!(
         "PyTorch's caching allocator, replaying this trial's stream under the ceiling, cannot \
-         serve a request of {} bytes with {} bytes allocated (its cache released and retried {} \
-         times)",
-        f.bytes, f.allocated_bytes, a.retries_at_ceiling
+         serve a request of {} bytes with {} bytes allocated, {retried}",
+        f.bytes, f.allocated_bytes
     );
     set_oom(r, at, message, Some(f.bytes));
     if let Some(o) = &mut r.oom {

@@ -15,6 +15,24 @@ pub fn fmt_bytes(b: u64) -> String {
     }
 }
 
+/// A size exactly, as a config writes it: in the largest binary unit that divides it (`245MiB`),
+/// else in bytes (`85018897623B`). [`parse_size`] reads it back to the byte.
+pub fn exact_size(b: u64) -> String {
+    let units = [
+        (50, "PiB"),
+        (40, "TiB"),
+        (30, "GiB"),
+        (20, "MiB"),
+        (10, "KiB"),
+    ];
+    units
+        .iter()
+        .find(|(shift, _)| b > 0 && b.is_multiple_of(1u64 << shift))
+        .map_or(format!("{b}B"), |(shift, unit)| {
+            format!("{}{unit}", b >> shift)
+        })
+}
+
 /// Parses `24GiB`, `24000MiB`, `1.5 GB`, `512M`, or plain bytes.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
@@ -53,6 +71,17 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exact_sizes_read_back_to_the_byte() {
+        assert_eq!(exact_size(245 << 20), "245MiB");
+        assert_eq!(exact_size(24 << 30), "24GiB");
+        assert_eq!(exact_size(1536 << 20), "1536MiB");
+        assert_eq!(exact_size(1000), "1000B");
+        for b in [245u64 << 20, 85_018_897_623, 3 << 10, 1] {
+            assert_eq!(parse_size(&exact_size(b)).unwrap(), b);
+        }
+    }
 
     #[test]
     fn sizes_read_and_written() {

@@ -28,7 +28,7 @@ fn minimal_file(run: &BisectRun) -> Option<MinimalFile> {
     // The file reproduces on its own: the backend and the ceiling in force are written in.
     c.device = deeplab::DeviceConfig {
         backend: Some(st.device.backend.name().to_string()),
-        memory_limit: run.ceiling.map(|c| format!("{c}B")),
+        memory_limit: run.ceiling.map(oom_trial::exact_size),
         memory_fraction: None,
         gpu: None,
         memory_model: Some(w.config.device.memory_model()),

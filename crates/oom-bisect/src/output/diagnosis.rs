@@ -34,8 +34,9 @@ pub fn text(d: &Diagnosis, cx: &Context<'_>) -> String {
     let parts = cx.breakdown();
     let split = parts.as_deref().map(Split::of);
     let mut lines: Vec<String> = vec![];
+    lines.extend(where_it_fails(d, cx));
     lines.extend(in_short(d, cx, split.as_ref()));
-    lines.extend(where_it_fails(d, cx, split.as_ref()));
+    lines.extend(split.as_ref().map(fixed_share));
     lines.extend(what_fits(d, cx));
     lines.extend(suspects(d, cx));
     let mut s = "\nDiagnosis:\n".to_string();
@@ -95,6 +96,36 @@ impl<'a> Split<'a> {
             .map(|p| p.part)
             .collect()
     }
+}
+
+/// "fails in the decoder, in step 1's forward pass, with the optimizer state already made": the
+/// stage the depth axis measured as the first that does not fit (else the one after the last
+/// reading), the step and pass of the original's failure, and whether the phase axis found the
+/// optimizer state, made before that pass, to tip it over. The diagnosis's first line and the
+/// phase line say it in these words.
+pub fn failing_place(d: &Diagnosis, cx: &Context<'_>) -> Option<String> {
+    let oom = cx.original_report()?.oom.as_ref()?;
+    let stage = match boundary(d, AxisKind::Depth) {
+        Some((_, first_oom)) => format!("in the {first_oom}"),
+        None => format!("after {}", oom.stage.as_ref().map_or("start", |s| s.name())),
+    };
+    let pass = match oom.phase {
+        Some(deeplab::Phase::Forward) => "forward pass",
+        Some(deeplab::Phase::Backward) => "backward pass",
+        Some(deeplab::Phase::Step) => "update",
+        None => "start",
+    };
+    let step = deeplab::Phase::Step;
+    let state = match phase_boundary(d) {
+        Some((_, first_oom)) if first_oom == step && oom.phase != Some(step) => {
+            ", with the optimizer state already made"
+        }
+        _ => "",
+    };
+    Some(format!(
+        "fails {stage}, in step {}'s {pass}{state}",
+        oom.step.unwrap_or(0) + 1
+    ))
 }
 
 /// One sentence first that puts the answers to "where" together: what dominates the peak, so
@@ -193,40 +224,34 @@ fn carries(cx: &Context<'_>, label: &str) -> Option<String> {
     ))
 }
 
-/// Where the run crosses the ceiling: the step and stage of the failure, the stage depth first
-/// tips it over, and what the peak is made of.
-fn where_it_fails(d: &Diagnosis, cx: &Context<'_>, split: Option<&Split<'_>>) -> Vec<String> {
-    let mut out = vec![];
+/// Where the run crosses the ceiling, first: the stage, step and pass of the failure
+/// ([`failing_place`]), what was in use and asked for, and the stage depth first tips it over.
+fn where_it_fails(d: &Diagnosis, cx: &Context<'_>) -> Option<String> {
+    let r = cx.original_report()?;
+    let o = r.oom.as_ref()?;
     let depth = boundary(d, AxisKind::Depth).map(|(fit, oom)| {
         format!("; truncated after {fit} the model fits, with {oom} it does not")
     });
-    if let Some((r, o)) = cx
-        .original_report()
-        .and_then(|r| Some((r, r.oom.as_ref()?)))
-    {
-        out.push(format!(
-            "It fails in step {}{} after {} ({}){}.",
-            o.step.unwrap_or(0) + 1,
-            o.phase
-                .map(|p| format!(", {},", phase_words(p)))
-                .unwrap_or_default(),
-            o.stage.as_ref().map_or("start", |s| s.name()),
-            super::memory::oom_text(r),
-            depth.unwrap_or_default()
-        ));
-    }
-    if let Some(split) = split {
-        out.push(format!(
-            "{:.0}% of its peak ({}: {}) is fixed by the model and optimizer, which no change of \
-             batch or input size reduces (fewer or smaller parameters, or another optimizer, do); \
-             the rest is {}.",
-            split.share(split.fixed_bytes),
-            split.names(&split.fixed).join(", "),
-            fmt_bytes(split.fixed_bytes),
-            split.names(&split.rest).join(", ")
-        ));
-    }
-    out
+    Some(format!(
+        "It {} ({} after {}){}.",
+        failing_place(d, cx)?,
+        super::memory::oom_text(r),
+        o.stage.as_ref().map_or("start", |s| s.name()),
+        depth.unwrap_or_default()
+    ))
+}
+
+/// What the peak is made of: the share the model and optimizer fix, and the rest.
+fn fixed_share(split: &Split<'_>) -> String {
+    format!(
+        "{:.0}% of its peak ({}: {}) is fixed by the model and optimizer, which no change of \
+         batch or input size reduces (fewer or smaller parameters, or another optimizer, do); the \
+         rest is {}.",
+        split.share(split.fixed_bytes),
+        split.names(&split.fixed).join(", "),
+        fmt_bytes(split.fixed_bytes),
+        split.names(&split.rest).join(", ")
+    )
 }
 
 /// The single changes measured to fit, least disruptive first, and the module swaps that do.
@@ -371,6 +396,7 @@ fn suspects(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
     if !ruled_out.is_empty() {
         out.push(format!("Ruled out: {}.", ruled_out.join("; ")));
     }
+    out.extend(cx.whole_run().and_then(|(r, _)| leak_text(&r.steps)));
     let absent = not_configured(cx.config);
     if !absent.is_empty() {
         out.push(format!(
@@ -379,6 +405,44 @@ fn suspects(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
         ));
     }
     out
+}
+
+/// The thread's "a leak across steps?", from the steps of the original's whole run: what is in use
+/// after each step. The first step may make what every later one holds (the optimizer state, where
+/// it is not made before it), so with three steps or more growth is read from the second on; a
+/// run of two steps (the `pytorch` memory model's) made its state before the first.
+fn leak_text(steps: &[oom_trial::StepRecord]) -> Option<String> {
+    let after = |s: &oom_trial::StepRecord| s.in_use_after_bytes as i64;
+    if steps.len() < 2 {
+        return Some("Leaks across steps: not measured (one step ran).".into());
+    }
+    let from = if steps.len() >= 3 { &steps[1..] } else { steps };
+    let (first, last) = (from.first()?, from.last()?);
+    let grown = after(last) - after(first);
+    let per_step = grown / (from.len() as i64 - 1);
+    // A leak keeps a step's tensors (a loss kept with its graph, a list of outputs): megabytes a
+    // step. Less than 1 MiB is the runtime's own bookkeeping (the CPU backend's caches).
+    let steady = per_step < (1 << 20);
+    Some(if steady {
+        format!(
+            "Leaks across steps: not a leak; what is in use after each step holds steady ({} \
+             after step {}, {} after step {}).",
+            fmt_bytes(after(first) as u64),
+            first.step + 1,
+            fmt_bytes(after(last) as u64),
+            last.step + 1
+        )
+    } else {
+        format!(
+            "Leaks across steps: what is in use grows by {} a step ({} after step {}, {} after \
+             step {}).",
+            fmt_bytes(per_step as u64),
+            fmt_bytes(after(first) as u64),
+            first.step + 1,
+            fmt_bytes(after(last) as u64),
+            last.step + 1
+        )
+    })
 }
 
 /// The thread's suspects this configuration does not have.

@@ -94,13 +94,16 @@ fn escape(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// A point's height: the peak of a fit, what an OOM tried to hold (or its peak before it).
+/// A point's height: the trial's one figure, as the report gives it, its need wherever its stream
+/// was replayed (so fits sit under the ceiling and out-of-memories over it); else the peak of a
+/// fit, or what an OOM tried to hold (or its peak before it).
 fn mib(m: &Measurement) -> Option<Point> {
     let fits = m.outcome == Outcome::Fits;
-    let bytes = match m.outcome {
-        Outcome::Fits => m.peak_bytes?,
-        Outcome::Oom => m.failed_at_bytes.or(m.peak_bytes)?,
-        Outcome::Inconclusive => return None,
+    let bytes = match (m.outcome, m.need_bytes) {
+        (Outcome::Inconclusive, _) => return None,
+        (_, Some(need)) => need,
+        (Outcome::Fits, None) => m.peak_bytes?,
+        (Outcome::Oom, None) => m.failed_at_bytes.or(m.peak_bytes)?,
     };
     Some((0.0, bytes as f64 / MIB, fits))
 }
@@ -256,9 +259,10 @@ fn draw_points(chart: &mut Chart<'_, '_>, pts: &[Point]) -> Option<()> {
 }
 
 /// In-use memory after each stage of the last step of the original under the ceiling, against
-/// the ceiling. When it ran out of memory, the line ends in a red point at what it tried to hold
-/// (in use plus the refused request), labelled with the phase it failed in, so it crosses the
-/// ceiling where the run did; stage readings alone never do (the peak comes between them).
+/// the ceiling. When it ran out of memory, the line ends in a red point at what the run needs
+/// ([`failed_request`]), labelled with the phase it failed in, so it crosses the ceiling where the
+/// run did; stage readings alone never do (the peak comes between them, and what is held in split
+/// segments is not in use).
 fn stages_plot(cx: &Context<'_>) -> Option<Figure> {
     let r = cx.original_report()?;
     let last_step = r.stages.iter().map(|s| s.step).max()?;
@@ -266,7 +270,11 @@ fn stages_plot(cx: &Context<'_>) -> Option<Figure> {
         .filter(|s| s.step == last_step)
         .map(|s| (s.name.clone(), s.in_use_bytes, s.device_bytes))
         .collect();
-    let failed = failed_request(r, last_step);
+    let failed = failed_request(
+        r,
+        last_step,
+        cx.whole_run().and_then(|(w, _)| w.need_bytes()),
+    );
     if let Some((label, tried)) = &failed {
         rows.push((label.clone(), *tried, *tried));
     }
@@ -282,14 +290,23 @@ fn stages_plot(cx: &Context<'_>) -> Option<Figure> {
     Some(Figure { svg, data })
 }
 
-/// `(label, bytes tried)` of the allocation that failed in step `step` of `r`, if one did.
-fn failed_request(r: &oom_trial::TrialReport, step: usize) -> Option<(String, u64)> {
+/// `(label, bytes)` of the allocation that failed in step `step` of `r`, if one did: what the run
+/// needs where that is known (in use, held in split segments and the context, so the line crosses
+/// the ceiling as the run did), else what was in use plus the request.
+fn failed_request(
+    r: &oom_trial::TrialReport,
+    step: usize,
+    need: Option<u64>,
+) -> Option<(String, u64)> {
     let oom = r.oom.as_ref()?;
     if oom.step != Some(step) {
         return None;
     }
     let phase = oom.phase.map(|p| p.name()).unwrap_or("start");
-    Some((format!("OOM in {phase}"), r.failed_at()?))
+    match need {
+        Some(need) => Some((format!("OOM in {phase}: needs"), need)),
+        None => Some((format!("OOM in {phase}"), r.failed_at()?)),
+    }
 }
 
 /// A rotated label that hangs below its tick: plotters centres x labels on the tick whatever their

@@ -28,7 +28,24 @@ pub fn inspect(c: &Config, arch: &Architecture, ceiling: Ceiling) -> String {
         },
     );
     s += &against(&est, ceiling);
+    s += &not_in_the_estimate(c);
     s
+}
+
+/// What the estimate leaves out, which a measured need holds: said beside any comparison, so an
+/// estimate that fits is not read as a verdict.
+fn not_in_the_estimate(c: &deeplab::Config) -> String {
+    let attention = match c.model.attention_heads {
+        0 => "",
+        _ => {
+            " and attention's softmax transients, which this config has (docs/estimate.md: there \
+               the estimate runs short by most)"
+        }
+    };
+    format!(
+        "Not in it: what the caching allocator holds in split segments, the CUDA context{attention}; \
+         `bisect` and `trial` measure the need.\n"
+    )
 }
 
 fn modules(arch: &Architecture) -> String {

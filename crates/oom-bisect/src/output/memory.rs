@@ -155,7 +155,7 @@ pub fn need_text(need: &TrialReport, ceiling: u64) -> String {
         };
         let held = a.need_bytes.saturating_sub(context + a.allocated_bytes);
         return format!(
-            "needs {} ({} allocated + {} held in split segments{}, {}), has {} ({:+.1}%)",
+            "needs {} ({} allocated + {} held in split segments{}, {} at that ceiling), has {} ({:+.1}%)",
             fmt_bytes(a.need_bytes),
             fmt_bytes(a.allocated_bytes),
             fmt_bytes(held),
@@ -163,6 +163,8 @@ pub fn need_text(need: &TrialReport, ceiling: u64) -> String {
                 0 => String::new(),
                 c => format!(" + {} CUDA context", fmt_bytes(c)),
             },
+            // At the need; under a lower ceiling the allocator may release its cache and retry
+            // before it fails (the out-of-memory's own line says how often).
             retries(a.retries),
             fmt_bytes(ceiling),
             100.0 * (a.need_bytes as f64 / ceiling.max(1) as f64 - 1.0)

@@ -204,7 +204,12 @@ impl Progress {
             } => {
                 self.started = Some(Instant::now());
                 if let Some(b) = &self.bar {
-                    let again = if *attempt > 0 { " (again)" } else { "" };
+                    let confirm = matches!(purpose, oom_search::Purpose::Confirm { .. });
+                    let again = if *attempt > 0 && !confirm {
+                        " (again)"
+                    } else {
+                        ""
+                    };
                     let purpose = purpose_text(purpose, self.verbose);
                     b.set_message(super::printable(
                         &format!("{purpose}: {candidate}{again}"),
@@ -239,17 +244,14 @@ impl Progress {
                     b.set_position(self.done as u64);
                 }
                 let outcome = format!("{:<4}", super::outcome_word(measurement.outcome));
-                // An OOM's figure is what it tried to hold, never the lower peak before it failed.
-                let peak = match measurement.outcome {
-                    Outcome::Oom => measurement
-                        .failed_at_bytes
-                        .map(|p| format!("at   {:>10}", fmt_bytes(p))),
-                    _ => measurement
-                        .peak_bytes
-                        .map(|p| format!("peak {:>10}", fmt_bytes(p))),
-                }
-                .unwrap_or_else(|| format!("{:>15}", ""));
-                let again = if *attempt > 0 { " (re-run)" } else { "" };
+                let peak = progress_figure(measurement);
+                // A confirmation says what it is; any other re-run says that it is one.
+                let confirm = matches!(purpose, oom_search::Purpose::Confirm { .. });
+                let again = if *attempt > 0 && !confirm {
+                    " (re-run)"
+                } else {
+                    ""
+                };
                 let note = if measurement.outcome == Outcome::Inconclusive {
                     format!("  [{}]", measurement.note)
                 } else {
@@ -282,6 +284,23 @@ use oom_trial::sync::lock;
 
 /// Why a trial runs, in words: `batch` for a probe of the batch axis; with `--verbose`, the interval
 /// the search is narrowing (`batch in (1, 4]`).
+/// A trial's one figure, as the report shows it ([`super::Figure`]): its need wherever its stream
+/// was replayed; else a fit's peak, or what an out-of-memory tried to hold (never the lower peak
+/// before it failed).
+fn progress_figure(m: &oom_search::Measurement) -> String {
+    use super::Figure;
+    match (super::Figure::of(m), m.outcome) {
+        (Some(Figure::Need(n)), _) => format!("needs    {:>10}", fmt_bytes(n)),
+        (Some(Figure::AtLeast(n)), _) => format!("needs >= {:>10}", fmt_bytes(n)),
+        (_, Outcome::Oom) => m
+            .failed_at_bytes
+            .map(|p| format!("at       {:>10}", fmt_bytes(p)))
+            .unwrap_or_else(|| format!("{:>19}", "")),
+        (Some(Figure::Peak(p)), _) => format!("peak     {:>10}", fmt_bytes(p)),
+        (None, _) => format!("{:>19}", ""),
+    }
+}
+
 fn purpose_text(p: &oom_search::Purpose, verbose: bool) -> String {
     match p {
         oom_search::Purpose::Axis { axis, .. } if !verbose => format!("{axis} axis"),

@@ -216,30 +216,45 @@ fn cards(d: &Diagnosis, cx: &Context<'_>) -> String {
     let Some(need) = d.original.need_bytes.or(need) else {
         return String::new();
     };
-    let mut s = format!("Fits on: {}.\n", fits_on_text(need));
-    let fixes = d
-        .fixes
-        .iter()
-        .filter_map(|f| Some((f, f.measurement.need_bytes?)));
-    for (f, need) in fixes {
-        s += &format!("  with {}: {}\n", f.change, fits_on_text(need));
-    }
-    if let Some((need, _)) = cx.expandable() {
-        s += &format!("  with {EXPANDABLE} (replayed): {}\n", fits_on_text(need));
-    }
-    s
+    // Each fix's cards stand in its row of the fixes' table.
+    format!(
+        "Fits on: {}.
+",
+        fits_on_text(need)
+    )
 }
 
-/// `rtx3090, a100-40, … (not rtx3070, …, l4)`, or `none of the cards --gpu knows`.
+/// The cards `--gpu` knows that a need fits, in one short line ordered by memory: `a100-80 (79.25
+/// GiB) and the 2 larger cards; not the 16 smaller (the largest: a100-40, 39.50 GiB)`.
 fn fits_on_text(need: u64) -> String {
     let (fit, not) = crate::gpus::fits_on(need);
-    match (fit.is_empty(), not.is_empty()) {
-        (true, _) => format!(
+    let size = |name: &str| crate::gpus::lookup(name).map_or(String::new(), |(b, _)| fmt_bytes(b));
+    let larger = |n: usize| match n {
+        0 => String::new(),
+        1 => " and the one larger card".into(),
+        n => format!(" and the {n} larger cards"),
+    };
+    match (fit.first(), not.last()) {
+        (None, _) => format!(
             "none of the cards --gpu knows (it needs {})",
             fmt_bytes(need)
         ),
-        (false, true) => "every card --gpu knows".into(),
-        (false, false) => format!("{} (not {})", fit.join(", "), not.join(", ")),
+        (Some(_), None) => "every card --gpu knows".into(),
+        (Some(smallest), Some(largest_not)) => format!(
+            "{smallest} ({}){}; not the {} smaller (the largest: {largest_not}, {})",
+            size(smallest),
+            larger(fit.len() - 1),
+            not.len(),
+            size(largest_not)
+        ),
+    }
+}
+
+/// The smallest card `--gpu` knows that a need fits: `rtx3090 and larger`.
+fn smallest_card(need: u64) -> String {
+    match crate::gpus::fits_on(need).0.first() {
+        Some(c) => format!("on {c} and larger"),
+        None => "on no card --gpu knows".into(),
     }
 }
 
@@ -285,8 +300,12 @@ fn boundaries(d: &Diagnosis, cx: &Context<'_>) -> String {
                 Some(deeplab::Phase::Step) => "the optimizer state tips it over",
                 _ => "the forward pass alone does not fit",
             };
+            // Where the original itself fails, in the diagnosis's words.
+            let place = super::diagnosis::failing_place(d, cx)
+                .map(|p| format!("; it {p}"))
+                .unwrap_or_default();
             s += &format!(
-                "Phase: {} fits ({}), {} does not: {why}.\n",
+                "Phase: {} fits ({}), {} does not: {why}{place}.\n",
                 fit.label,
                 peak(fit, cx),
                 oom.label
@@ -387,13 +406,25 @@ fn fixes(d: &Diagnosis, cx: &Context<'_>) -> String {
             (_, _, Some(why)) => format!("OOM    {why}"),
             _ => super::outcome_cell(&f.measurement),
         };
-        s += &format!("  {:<40} {cell}\n", f.change);
+        let cards = match (
+            cx.on_cuda(),
+            f.measurement.outcome,
+            f.measurement.need_bytes,
+        ) {
+            (true, Outcome::Fits, Some(need)) => format!("; {}", smallest_card(need)),
+            _ => String::new(),
+        };
+        s += &format!("  {:<40} {cell}{cards}\n", f.change);
     }
     if let Some((need, fits)) = cx.expandable() {
         let verdict = if fits { "fits " } else { "OOM  " };
+        let cards = match cx.on_cuda() && fits {
+            true => format!("; {}", smallest_card(need)),
+            false => String::new(),
+        };
         s += &format!(
             "  {EXPANDABLE:<40} {verdict}  needs {}, the original's stream replayed with \
-             PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n",
+             PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True{cards}\n",
             fmt_bytes(need)
         );
     }

@@ -37,13 +37,16 @@ fn summary(r: &TrialReport) -> String {
 }
 
 fn stages(r: &TrialReport) -> String {
-    let Some(step) = r.stages.iter().map(|x| x.step).max() else {
+    let Some(last) = r.stages.iter().map(|x| x.step).max() else {
         return String::new();
     };
-    let mut s = format!(
-        "\nstep {} (the last one reached), memory after each stage:\n",
-        step + 1
-    );
+    // The step that ran out of memory, where one did (a replay may fail in a step the device
+    // finished), else the last one reached.
+    let (step, which) = match r.oom.as_ref().and_then(|o| o.step) {
+        Some(step) if step <= last => (step, "where it runs out of memory"),
+        _ => (last, "the last one reached"),
+    };
+    let mut s = format!("\nstep {} ({which}), memory after each stage:\n", step + 1);
     s += &format!(
         "  {:<26} {:<9} {:>12} {:>12} {:>9}\n",
         "stage", "phase", "in use", "device", "at"

@@ -10,9 +10,10 @@ impl Search<'_> {
         let top = self.probe(s, hi, lo, hi);
         match top.measurement.outcome {
             Outcome::Fits => {
+                // The axis's top is as far as it goes: what fits is at least that.
                 let message = format!(
-                    "{} {} fits: nothing to search on this axis",
-                    self.axis.name, top.label
+                    "{} {} fits, the top of the axis: the largest that fits is at least {}",
+                    self.axis.name, top.label, top.label
                 );
                 return Ends::Settled(AxisVerdict::AllFit {
                     highest: top,

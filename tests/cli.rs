@@ -571,21 +571,24 @@ fn fake_bisect_json_has_every_field() {
     let (o, r, d) = fake_forum("bisect", "fakejson", &[]);
     assert_eq!(code(&o), 0, "{}", text(&o));
     let t = text(&o);
-    // The first answer to "where" puts the others together: what dominates, where it crosses,
-    // the block whose removal saves most.
-    let first = t.split("\nDiagnosis:\n  - ").nth(1).unwrap_or_default();
+    // The first line names the stage that fails as the depth axis measured it, with the step and
+    // pass; the second puts the other answers to "where" together: what dominates, where it
+    // crosses, the block whose removal saves most.
+    let lines: Vec<&str> = t
+        .split("\nDiagnosis:\n  - ")
+        .nth(1)
+        .unwrap_or_default()
+        .lines()
+        .collect();
     assert!(
-        first.starts_with("In short: activations are")
-            && first
-                .lines()
-                .next()
-                .unwrap()
-                .contains("after backbone.layer3.22")
-            && first
-                .lines()
-                .next()
-                .unwrap()
-                .contains("saves most is backbone.layer3.1-22"),
+        lines[0].starts_with("It fails in the layer4.0, in step 1's forward pass"),
+        "{t}"
+    );
+    let short = lines[1].trim_start_matches("  - ");
+    assert!(
+        short.starts_with("In short: activations are")
+            && short.contains("after backbone.layer3.22")
+            && short.contains("saves most is backbone.layer3.1-22"),
         "{t}"
     );
     assert!(t.contains("ESTIMATE: every figure below is the model's memory estimate"));

@@ -35,7 +35,7 @@ pub struct Certificate {
 impl Certificate {
     /// The device's verdict, where it reached one.
     pub fn device_outcome(&self) -> Option<Outcome> {
-        match self.device.outcome {
+        match self.device.outcome() {
             TrialOutcome::Fits => Some(Outcome::Fits),
             TrialOutcome::Oom => Some(Outcome::Oom),
             TrialOutcome::Error | TrialOutcome::Timeout => None,

@@ -22,13 +22,69 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+/// The journal's format: 2 since a trial's verdict carries its evidence and payload
+/// (`oom_trial::Verdict`). Lines without a version are the first format, read through
+/// [`upgrade_v1`].
+const VERSION: u32 = 2;
+
 #[derive(Debug, Serialize, Deserialize)]
 struct Entry {
+    #[serde(default = "first_format")]
+    version: u32,
     key: String,
     attempt: u32,
     experiment: String,
     candidate: Candidate,
     report: TrialReport,
+}
+
+fn first_format() -> u32 {
+    1
+}
+
+/// A line of the first format made the current one. Its report wrote every verdict's fields side
+/// by side (`oom`, `error`, `diverged` as null where they did not apply), a served answer as
+/// `served: true`, and, before certificates, no `evidence`: a fit or an out-of-memory without one
+/// gets the evidence that decided it then (a replay of a run nothing held to the ceiling, a served
+/// answer, a command's exit, else the device).
+fn upgrade_v1(mut entry: serde_json::Value) -> serde_json::Value {
+    let Some(report) = entry.get_mut("report").and_then(|r| r.as_object_mut()) else {
+        return entry;
+    };
+    let outcome = report.get("outcome").and_then(|o| o.as_str()).unwrap_or("");
+    let verdict = matches!(outcome, "fits" | "oom");
+    let has_evidence = report
+        .get("evidence")
+        .and_then(|e| e.get("kind"))
+        .is_some_and(|k| k != "none");
+    if verdict && !has_evidence {
+        let replayed = report
+            .get("allocator")
+            .is_some_and(|a| a.get("device_held_ceiling") == Some(&serde_json::json!(false)));
+        let served = report.get("served") == Some(&serde_json::json!(true));
+        let exec = report.get("peak_source").is_some_and(|p| !p.is_null());
+        let kind = match (replayed, served, exec) {
+            (true, _, _) => "replayed",
+            (_, true, _) => "served",
+            (_, _, true) => "exit",
+            _ => "device",
+        };
+        report.insert("evidence".into(), serde_json::json!({ "kind": kind }));
+    }
+    if !verdict {
+        report.remove("evidence");
+        // An error or a timeout always said why; a line that did not is read as saying nothing.
+        if report.get("error").is_none_or(|e| e.is_null()) {
+            report.insert("error".into(), serde_json::json!(""));
+        }
+    }
+    // Started: all four of the device's figures, or none.
+    for key in ["backend", "device", "ceiling_bytes", "context_bytes"] {
+        if report.get(key).is_some_and(|v| v.is_null()) {
+            report.remove(key);
+        }
+    }
+    entry
 }
 
 /// The largest journal read back: hundreds of thousands of trials.
@@ -83,12 +139,13 @@ impl Journal {
     /// A conclusive earlier result of this candidate and attempt.
     pub fn lookup(&self, key: &str, attempt: u32) -> Option<TrialReport> {
         let r = self.known.get(&(key.to_string(), attempt))?;
-        matches!(r.outcome, TrialOutcome::Fits | TrialOutcome::Oom).then(|| r.clone())
+        matches!(r.outcome(), TrialOutcome::Fits | TrialOutcome::Oom).then(|| r.clone())
     }
 
     pub fn append(&mut self, key: &str, attempt: u32, candidate: &Candidate, report: &TrialReport) {
         let Some(f) = self.file.as_mut() else { return };
         let e = Entry {
+            version: VERSION,
             key: key.to_string(),
             attempt,
             experiment: self.experiment.clone(),
@@ -200,7 +257,12 @@ fn load(path: &Path, experiment: &str) -> Loaded {
         if line.trim().is_empty() {
             continue;
         }
-        match serde_json::from_str::<Entry>(line) {
+        let entry =
+            serde_json::from_str::<serde_json::Value>(line).and_then(|v| match v.get("version") {
+                Some(_) => serde_json::from_value::<Entry>(v),
+                None => serde_json::from_value::<Entry>(upgrade_v1(v)),
+            });
+        match entry {
             Ok(e) if e.experiment == experiment => {
                 l.known.insert((e.key, e.attempt), e.report);
             }
@@ -214,6 +276,52 @@ fn load(path: &Path, experiment: &str) -> Loaded {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A journal of the first format (written before verdicts carried their evidence, one line
+    /// from before evidence existed at all) reads back: every verdict with its evidence, an error
+    /// with its reason; and what this version writes reads back the same.
+    #[test]
+    fn the_first_format_reads_back_and_the_current_round_trips() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/journal-v1.jsonl");
+        let first = std::fs::read_to_string(&path).unwrap();
+        let experiment = serde_json::from_str::<serde_json::Value>(first.lines().next().unwrap())
+            .unwrap()["experiment"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let loaded = load(&path, &experiment);
+        assert_eq!((loaded.known.len(), loaded.skipped), (4, 0));
+        let report = |attempt: u32| {
+            let found = loaded.known.iter().find(|((_, a), _)| *a == attempt);
+            found.unwrap().1
+        };
+        let oom = report(0);
+        assert_eq!(oom.outcome(), TrialOutcome::Oom);
+        assert!(oom.oom().is_some_and(|o| o.replayed) && oom.started.is_some());
+        assert_eq!(oom.evidence(), Some(&oom_trial::Evidence::Replayed));
+        assert_eq!(report(5).outcome(), TrialOutcome::Fits);
+        // Without an evidence key: a run nothing held to the ceiling, so its replay decided.
+        assert_eq!(report(7).evidence(), Some(&oom_trial::Evidence::Replayed));
+        let error = report(8);
+        assert_eq!(error.outcome(), TrialOutcome::Error);
+        assert_eq!(
+            error.error(),
+            Some("the trial process was killed by signal 9")
+        );
+        assert_eq!(error.evidence(), None);
+        for r in loaded.known.values() {
+            let e = Entry {
+                version: VERSION,
+                key: "k".into(),
+                attempt: 0,
+                experiment: experiment.clone(),
+                candidate: Candidate::default(),
+                report: r.clone(),
+            };
+            let back: Entry = serde_json::from_str(&serde_json::to_string(&e).unwrap()).unwrap();
+            assert_eq!(&back.report, r);
+        }
+    }
 
     #[test]
     fn records_are_ascii_and_read_back_the_same() {

@@ -41,30 +41,30 @@ const DIVERGED: &str = "the loss diverged";
 
 /// The search's view of a trial report.
 pub fn measurement(r: &TrialReport) -> Measurement {
-    let outcome = match r.outcome {
+    let outcome = match r.outcome() {
         TrialOutcome::Fits => Outcome::Fits,
         TrialOutcome::Oom => Outcome::Oom,
         TrialOutcome::Error | TrialOutcome::Timeout => Outcome::Inconclusive,
     };
-    let note = match (&r.oom, &r.error, &r.diverged) {
+    let note = match (&r.oom(), &r.error(), &r.diverged()) {
         (Some(o), _, _) => format!("out of memory {o}"),
-        (None, Some(e), _) => format!("{}: {e}", r.outcome.name()),
+        (None, Some(e), _) => format!("{}: {e}", r.outcome().name()),
         (None, None, Some(d)) => format!("{DIVERGED}: {d}"),
         _ => String::new(),
     };
     Measurement {
         outcome,
-        peak_bytes: r.peak_bytes,
+        peak_bytes: r.memory.peak_bytes,
         failed_at_bytes: r.failed_at(),
-        peak_in_use_bytes: r.peak_in_use_bytes,
-        base_bytes: r.base_bytes,
+        peak_in_use_bytes: r.memory.peak_in_use_bytes,
+        base_bytes: r.memory.base_bytes,
         need_bytes: r.need_bytes(),
         // Set by the oracle, which knows the steps the trial's config runs.
         need_at_least: false,
         need_floor_bytes: r.need_floor_bytes(),
         replay_disagrees: r.replay_disagrees(),
         note,
-        diverged: r.diverged.clone(),
+        diverged: r.diverged().map(str::to_string),
         replayed: false,
     }
 }
@@ -178,7 +178,9 @@ impl TrialOracle<'_> {
         let Ok((config, _)) = crate::candidate::resolve(self.base, candidate) else {
             return false;
         };
-        r.outcome == TrialOutcome::Fits && !r.steps.is_empty() && r.steps.len() < config.steps()
+        r.outcome() == TrialOutcome::Fits
+            && !r.memory.steps.is_empty()
+            && r.memory.steps.len() < config.steps()
     }
 
     fn learned(&self) -> MutexGuard<'_, Learned> {

@@ -174,17 +174,17 @@ mod tests {
     #[test]
     fn the_estimate_classifies_like_a_child() {
         let fits = run(&request(Ceiling::Bytes(64 << 30)));
-        assert_eq!(fits.outcome, TrialOutcome::Fits, "{fits:?}");
-        let peak = fits.peak_bytes.unwrap();
+        assert_eq!(fits.outcome(), TrialOutcome::Fits, "{fits:?}");
+        let peak = fits.memory.peak_bytes.unwrap();
         assert!(peak > 10 << 20, "{peak}");
         let oom = run(&request(Ceiling::Bytes(peak / 2)));
-        assert_eq!(oom.outcome, TrialOutcome::Oom, "{oom:?}");
-        let info = oom.oom.unwrap();
+        assert_eq!(oom.outcome(), TrialOutcome::Oom, "{oom:?}");
+        let info = oom.oom().unwrap();
         assert!(info.bytes.unwrap() > 0 && info.stage.is_some(), "{info:?}");
         let bad = Request {
             config: "[model]".into(),
             ..request(Ceiling::None)
         };
-        assert_eq!(run(&bad).outcome, TrialOutcome::Error);
+        assert_eq!(run(&bad).outcome(), TrialOutcome::Error);
     }
 }

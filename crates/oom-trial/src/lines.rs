@@ -22,17 +22,7 @@ pub fn read_lines<R: Read>(
     mut on_idle: impl FnMut(),
 ) {
     let mut reader = BufReader::with_capacity(1 << 16, r);
-    let mut line = Vec::with_capacity(256);
-    let mut dropped = 0usize;
-    let finish = |line: &mut Vec<u8>, dropped: &mut usize| {
-        let mut text = String::from_utf8_lossy(line).into_owned();
-        if *dropped > 0 {
-            text.push_str(&format!(" … [{dropped} more bytes cut]"));
-        }
-        line.clear();
-        *dropped = 0;
-        text
-    };
+    let mut lines = Splitter::new(max_line);
     loop {
         let buf = match reader.fill_buf() {
             Ok([]) => break,
@@ -41,23 +31,64 @@ pub fn read_lines<R: Read>(
             Err(_) => break,
         };
         let n = buf.len();
+        lines.feed(buf, &mut on_line);
+        reader.consume(n);
+        on_idle();
+    }
+    lines.finish(&mut on_line);
+}
+
+/// Lines out of bytes as they come, in chunks of any size: each line cut after `max_line` bytes
+/// (saying how much was cut) and decoded lossily.
+pub struct Splitter {
+    max_line: usize,
+    line: Vec<u8>,
+    dropped: usize,
+}
+
+impl Splitter {
+    pub fn new(max_line: usize) -> Splitter {
+        Splitter {
+            max_line,
+            line: Vec::with_capacity(256),
+            dropped: 0,
+        }
+    }
+
+    /// The lines `buf` completes, each to `on_line`; the rest waits for the next chunk.
+    pub fn feed(&mut self, buf: &[u8], on_line: &mut impl FnMut(String)) {
         for part in buf.split_inclusive(|b| *b == b'\n') {
             let (body, ends) = match part.strip_suffix(b"\n") {
                 Some(body) => (body, true),
                 None => (part, false),
             };
-            let room = max_line.saturating_sub(line.len()).min(body.len());
-            line.extend_from_slice(&body[..room]);
-            dropped += body.len() - room;
+            let room = self
+                .max_line
+                .saturating_sub(self.line.len())
+                .min(body.len());
+            self.line.extend_from_slice(&body[..room]);
+            self.dropped += body.len() - room;
             if ends {
-                on_line(finish(&mut line, &mut dropped));
+                on_line(self.take());
             }
         }
-        reader.consume(n);
-        on_idle();
     }
-    if !line.is_empty() || dropped > 0 {
-        on_line(finish(&mut line, &mut dropped));
+
+    /// At the end of the input: its last line, where it did not end in a newline.
+    pub fn finish(&mut self, on_line: &mut impl FnMut(String)) {
+        if !self.line.is_empty() || self.dropped > 0 {
+            on_line(self.take());
+        }
+    }
+
+    fn take(&mut self) -> String {
+        let mut text = String::from_utf8_lossy(&self.line).into_owned();
+        if self.dropped > 0 {
+            text.push_str(&format!(" … [{} more bytes cut]", self.dropped));
+        }
+        self.line.clear();
+        self.dropped = 0;
+        text
     }
 }
 

@@ -8,7 +8,7 @@ use crate::classify::{
 };
 use crate::protocol::{exit, ChildEvent, Exited, Location, Stage};
 use crate::trial_report::{
-    ChildExit, Evidence, OomInfo, StageMemory, StepRecord, TrialOutcome, TrialReport,
+    ChildExit, Evidence, OomInfo, StageMemory, Started, StepRecord, TrialReport, Verdict,
 };
 use deeplab::Phase;
 
@@ -37,21 +37,19 @@ pub fn assemble(
         read_event(&mut r, &mut trace, e);
     }
     summarise(&mut r);
-    let exec = trace.exited.is_some();
-    classify(&mut r, trace, exit, stderr);
-    r.evidence = evidence(&r, exec);
+    r.verdict = classify(&r, trace, exit, stderr);
     // What was in use when an allocation failed was held at once too: the peak is not below it.
-    if let Some(in_use) = r.oom.as_ref().and_then(|o| o.in_use_bytes) {
-        r.peak_bytes = r.peak_bytes.max(Some(in_use));
+    if let Some(in_use) = r.oom().and_then(|o| o.in_use_bytes) {
+        r.memory.peak_bytes = r.memory.peak_bytes.max(Some(in_use));
     }
     r
 }
 
-/// How a `--exec` holder's command ended: its peak, and whether it served the trial.
+/// How a `--exec` holder's command ended: its peak (whether it served the trial is its verdict's
+/// evidence).
 fn read_exit(r: &mut TrialReport, t: &mut Trace, x: &Exited) {
-    r.peak_bytes = x.peak_bytes;
-    r.peak_source = x.peak_source.clone();
-    r.served = x.served;
+    r.memory.peak_bytes = x.peak_bytes;
+    r.memory.peak_source = x.peak_source.clone();
     t.exited = Some(x.clone());
 }
 
@@ -67,20 +65,22 @@ fn read_event(r: &mut TrialReport, t: &mut Trace, e: &ChildEvent) {
             seconds,
             ..
         } => {
-            r.ready_seconds = Some(*seconds);
-            r.backend = Some(*backend);
-            r.device = Some(device.clone());
-            r.ceiling_bytes = Some(*ceiling_bytes);
-            r.context_bytes = Some(*context_bytes);
+            r.timing.ready_seconds = Some(*seconds);
+            r.started = Some(Started {
+                backend: *backend,
+                device: device.clone(),
+                ceiling_bytes: *ceiling_bytes,
+                context_bytes: *context_bytes,
+            });
         }
         ChildEvent::Built {
             in_use_bytes,
             params,
             seconds,
         } => {
-            r.built_seconds = Some(*seconds);
-            r.base_bytes = Some(*in_use_bytes);
-            r.params = Some(*params);
+            r.timing.built_seconds = Some(*seconds);
+            r.memory.base_bytes = Some(*in_use_bytes);
+            r.memory.params = Some(*params);
             t.last_at = Some(Location {
                 step: 0,
                 phase: Phase::Forward,
@@ -112,7 +112,7 @@ fn read_event(r: &mut TrialReport, t: &mut Trace, e: &ChildEvent) {
             seconds,
             in_use_bytes,
             loss,
-        } => r.steps.push(StepRecord {
+        } => r.memory.steps.push(StepRecord {
             step: *step,
             seconds: *seconds,
             in_use_after_bytes: *in_use_bytes,
@@ -120,42 +120,45 @@ fn read_event(r: &mut TrialReport, t: &mut Trace, e: &ChildEvent) {
         }),
         ChildEvent::Panic { thread, message } => t.panics.push((thread.clone(), message.clone())),
         ChildEvent::Exited(x) => read_exit(r, t, x),
-        ChildEvent::Replayed(x) => r.allocator = Some(x.clone()),
+        ChildEvent::Replayed(x) => r.memory.allocator = Some(x.clone()),
         ChildEvent::Done {
             check,
             peak_bytes,
             peak_in_use_bytes,
         } => {
             t.done = Some(*check);
-            r.peak_bytes = Some(*peak_bytes);
-            r.peak_in_use_bytes = r.peak_in_use_bytes.max(Some(*peak_in_use_bytes));
+            let m = &mut r.memory;
+            m.peak_bytes = Some(*peak_bytes);
+            m.peak_in_use_bytes = m.peak_in_use_bytes.max(Some(*peak_in_use_bytes));
         }
     }
 }
 
 /// A measuring point: its stage's memory, and where the trial last was.
 fn read_mark(r: &mut TrialReport, t: &mut Trace, stage: StageMemory, at: &Location) {
-    r.peak_in_use_bytes = r.peak_in_use_bytes.max(Some(stage.in_use_bytes));
-    r.stages.push(stage);
+    let m = &mut r.memory;
+    m.peak_in_use_bytes = m.peak_in_use_bytes.max(Some(stage.in_use_bytes));
+    m.stages.push(stage);
     t.last_at = Some(at.clone());
 }
 
 /// The figures derived from the readings: the peak of an unfinished trial, what outlives a step,
 /// and growth across steps.
 fn summarise(r: &mut TrialReport) {
-    if r.peak_bytes.is_none() {
+    let m = &mut r.memory;
+    if m.peak_bytes.is_none() {
         // A trial that did not finish still says how far memory got.
-        r.peak_bytes = r.stages.iter().map(|s| s.device_bytes).max();
+        m.peak_bytes = m.stages.iter().map(|s| s.device_bytes).max();
     }
     // What does not scale with the batch: parameters, gradients' buffers and optimizer state, read
     // after the last step, when the activations are gone.
-    if let Some(last) = r.steps.last() {
-        r.base_bytes = Some(last.in_use_after_bytes);
+    if let Some(last) = m.steps.last() {
+        m.base_bytes = Some(last.in_use_after_bytes);
     }
-    if r.steps.len() >= 3 {
-        let second = r.steps[1].in_use_after_bytes as i64;
-        let last = r.steps[r.steps.len() - 1].in_use_after_bytes as i64;
-        r.leak_bytes_per_step = Some((last - second) / (r.steps.len() as i64 - 2));
+    if m.steps.len() >= 3 {
+        let second = m.steps[1].in_use_after_bytes as i64;
+        let last = m.steps[m.steps.len() - 1].in_use_after_bytes as i64;
+        m.leak_bytes_per_step = Some((last - second) / (m.steps.len() as i64 - 2));
     }
 }
 
@@ -180,73 +183,67 @@ fn allocation_failure(panics: &[(String, String)], stderr: &str) -> Option<(Stri
         })
 }
 
-/// Marks the report out of memory, where the last reading was taken.
-fn set_oom(r: &mut TrialReport, at: Option<&Location>, message: String, bytes: Option<u64>) {
-    r.outcome = TrialOutcome::Oom;
-    r.oom = Some(OomInfo {
-        phase: at.map(|l| l.stage.phase_after(l.phase)),
-        stage: at.map(|l| l.stage.clone()),
-        step: at.map(|l| l.step),
-        bytes,
-        in_use_bytes: in_use_at_failure(&message),
-        // It may echo a command's output: cut (the CLI makes it safe to print).
-        message: deeplab::config::cut(&message, MESSAGE_CHARS),
-        replayed: false,
-    });
+/// An out-of-memory where the last reading was taken, decided by `evidence`.
+fn oom_at(
+    at: Option<&Location>,
+    message: String,
+    bytes: Option<u64>,
+    evidence: Evidence,
+) -> Verdict {
+    Verdict::Oom {
+        failure: OomInfo {
+            phase: at.map(|l| l.stage.phase_after(l.phase)),
+            stage: at.map(|l| l.stage.clone()),
+            step: at.map(|l| l.step),
+            bytes,
+            in_use_bytes: in_use_at_failure(&message),
+            // It may echo a command's output: cut (the CLI makes it safe to print).
+            message: deeplab::config::cut(&message, MESSAGE_CHARS),
+            replayed: false,
+        },
+        evidence,
+    }
 }
 
-/// Sets the outcome, in order of precedence (see the module documentation).
-fn classify(r: &mut TrialReport, t: Trace, exit: ChildExit, stderr: &str) {
+/// The verdict, in order of precedence (see the module documentation).
+fn classify(r: &TrialReport, t: Trace, exit: ChildExit, stderr: &str) -> Verdict {
     if let (Some(x), false) = (&t.exited, exit == ChildExit::TimedOut) {
-        classify_exec(r, x, t.last_at.as_ref(), stderr);
-        if r.outcome == TrialOutcome::Fits {
-            judge_by_replay(r, &t.marks);
-        }
-        return;
+        let verdict = classify_exec(r, x, t.last_at.as_ref(), stderr);
+        return judged_by_replay(r, verdict, &t.marks);
     }
     if let Some((message, bytes)) = allocation_failure(&t.panics, stderr) {
-        return set_oom(r, t.last_at.as_ref(), message, bytes);
+        return oom_at(t.last_at.as_ref(), message, bytes, Evidence::Device);
     }
     if let Some((thread, message)) = t.panics.first() {
-        r.error = Some(format!("panic on thread '{thread}': {message}"));
-        return;
+        return Verdict::Error {
+            reason: format!("panic on thread '{thread}': {message}"),
+        };
     }
-    let (outcome, error) = by_exit(exit, t.done, t.last_at, stderr, r.wall_seconds);
-    r.outcome = outcome;
-    r.error = error;
-    if outcome == TrialOutcome::Fits {
-        judge_by_replay(r, &t.marks);
-    }
-    if let (TrialOutcome::Fits, Some(check)) = (r.outcome, t.done) {
-        r.diverged = divergence(&r.steps, check);
-    }
+    let verdict = by_exit(exit, &t, stderr, r);
+    judged_by_replay(r, verdict, &t.marks)
 }
 
-/// What decided the verdict just classified (a `--exec` command's if `exec`): the replay where it
-/// judged a run that nothing held to the ceiling, else the device or the command.
-fn evidence(r: &TrialReport, exec: bool) -> Evidence {
-    if !matches!(r.outcome, TrialOutcome::Fits | TrialOutcome::Oom) {
-        return Evidence::None;
-    }
-    let replay_judged = r.allocator.as_ref().is_some_and(|a| !a.device_held_ceiling);
-    // A refusal by the device (a panic, a command's out-of-memory) is the device's even where a
-    // replay exists: only a run that reached its end was judged by it.
-    let refused = r.outcome == TrialOutcome::Oom && !r.oom.as_ref().is_some_and(|o| o.replayed);
-    match (exec, replay_judged && !refused, r.served) {
-        (_, true, _) => Evidence::Replayed,
-        (true, false, true) => Evidence::Served,
-        (true, false, false) => Evidence::Exit,
-        (false, false, _) => Evidence::Device,
-    }
-}
-
-/// A run that reached its end is out of memory where the replay of its stream is and the device
-/// did not hold the ceiling itself (the CPU; a run under a looser ceiling): at the reading before
-/// the request that cannot be served.
-fn judge_by_replay(r: &mut TrialReport, marks: &[(Location, usize)]) {
-    let Some(a) = &r.allocator else { return };
-    let (Some(f), false) = (a.fails_at, a.device_held_ceiling) else {
-        return;
+/// A fit whose run reached its end where nothing held the ceiling (the CPU; a run under a looser
+/// ceiling) is judged by the replay of its stream: out of memory where the replay is, at the
+/// reading before the request that cannot be served, else a fit the replay decided. A refusal by
+/// the device (a panic, a command's out-of-memory) stays the device's.
+fn judged_by_replay(r: &TrialReport, verdict: Verdict, marks: &[(Location, usize)]) -> Verdict {
+    let Verdict::Fits { diverged, .. } = &verdict else {
+        return verdict;
+    };
+    let Some(a) = r
+        .memory
+        .allocator
+        .as_ref()
+        .filter(|a| !a.device_held_ceiling)
+    else {
+        return verdict;
+    };
+    let Some(f) = a.fails_at else {
+        return Verdict::Fits {
+            evidence: Evidence::Replayed,
+            diverged: diverged.clone(),
+        };
     };
     let at = marks
         .iter()
@@ -263,11 +260,12 @@ fn judge_by_replay(r: &mut TrialReport, marks: &[(Location, usize)]) {
          serve a request of {} bytes with {} bytes allocated, {retried}",
         f.bytes, f.allocated_bytes
     );
-    set_oom(r, at, message, Some(f.bytes));
-    if let Some(o) = &mut r.oom {
-        o.in_use_bytes = Some(f.allocated_bytes);
-        o.replayed = true;
+    let mut verdict = oom_at(at, message, Some(f.bytes), Evidence::Replayed);
+    if let Verdict::Oom { failure, .. } = &mut verdict {
+        failure.in_use_bytes = Some(f.allocated_bytes);
+        failure.replayed = true;
     }
+    verdict
 }
 
 /// How a measured run's numbers diverged, if they did: from the first step whose loss was not
@@ -286,31 +284,40 @@ fn divergence(steps: &[StepRecord], check: f64) -> Option<String> {
 /// one and still exited 0 (a batch-size finder) fits. A fit or an out-of-memory of a command that
 /// did not keep to the ceiling it held itself (`Exited::unheld`) is an error: it measured another
 /// card.
-fn classify_exec(r: &mut TrialReport, x: &Exited, at: Option<&Location>, stderr: &str) {
-    exec_verdict(r, x, at, stderr);
-    if let (Some(why), TrialOutcome::Fits | TrialOutcome::Oom) = (&x.unheld, r.outcome) {
-        r.outcome = TrialOutcome::Error;
-        r.oom = None;
-        r.error = Some(why.clone());
+fn classify_exec(r: &TrialReport, x: &Exited, at: Option<&Location>, stderr: &str) -> Verdict {
+    let verdict = exec_verdict(r, x, at, stderr);
+    match (&x.unheld, verdict.evidence()) {
+        (Some(why), Some(_)) => Verdict::Error {
+            reason: why.clone(),
+        },
+        _ => verdict,
     }
 }
 
-fn exec_verdict(r: &mut TrialReport, x: &Exited, at: Option<&Location>, stderr: &str) {
+fn exec_verdict(r: &TrialReport, x: &Exited, at: Option<&Location>, stderr: &str) -> Verdict {
     if let Some(why) = &x.broke {
-        r.error = Some(format!("the served protocol was broken: {why}"));
-        return;
+        return Verdict::Error {
+            reason: format!("the served protocol was broken: {why}"),
+        };
     }
     if x.timed_out {
-        r.outcome = TrialOutcome::Timeout;
-        r.error = Some(format!(
-            "the command was stopped at the time limit ({:.0} s), with everything it started",
-            r.wall_seconds
-        ));
-        return;
+        return Verdict::Timeout {
+            reason: format!(
+                "the command was stopped at the time limit ({:.0} s), with everything it started",
+                r.timing.wall_seconds
+            ),
+        };
     }
+    // A served command's answer, or the end of a process of its own.
+    let evidence = match x.served {
+        true => Evidence::Served,
+        false => Evidence::Exit,
+    };
     if x.code == Some(0) {
-        r.outcome = TrialOutcome::Fits;
-        return;
+        return Verdict::Fits {
+            evidence,
+            diverged: None,
+        };
     }
     // A served command's output in this trial alone; the holder's stderr holds every trial's.
     let output = command_output(x.output.as_deref().unwrap_or(stderr));
@@ -327,14 +334,16 @@ fn exec_verdict(r: &mut TrialReport, x: &Exited, at: Option<&Location>, stderr: 
     };
     if let (Some(m), MessageKind::AllocationFailure { bytes }, false) = (message, kind, killed) {
         let traced = traced_place(at, &output);
-        return set_oom(r, traced.as_ref().or(at), m, bytes);
+        return oom_at(traced.as_ref().or(at), m, bytes, evidence);
     }
     if x.oom_killer {
         let how = x.oom_kill_check.as_deref().unwrap_or("the kernel");
         let m = format!("killed by the kernel's OOM killer (told by {how})");
-        return set_oom(r, at, m, None);
+        return oom_at(at, m, None, evidence);
     }
-    r.error = Some(exec_failure(x) + &tail(&output));
+    Verdict::Error {
+        reason: exec_failure(x) + &tail(&output),
+    }
 }
 
 /// Where a command that reported no stage failed, from the traceback it printed (if any).
@@ -389,34 +398,33 @@ fn command_output(stderr: &str) -> String {
         .collect()
 }
 
-/// The outcome of a child that neither ran out of memory nor panicked, from how it ended.
-fn by_exit(
-    exit: ChildExit,
-    done: Option<f64>,
-    last_at: Option<Location>,
-    stderr: &str,
-    wall_seconds: f64,
-) -> (TrialOutcome, Option<String>) {
-    let error = |m: String| (TrialOutcome::Error, Some(m));
+/// The verdict of a child that neither ran out of memory nor panicked, from how it ended: a fit
+/// only with a value read back after the last step, which the device decided (the replay may
+/// still judge it, [`judged_by_replay`]).
+fn by_exit(exit: ChildExit, t: &Trace, stderr: &str, r: &TrialReport) -> Verdict {
+    let error = |reason: String| Verdict::Error { reason };
     match exit {
-        ChildExit::TimedOut => (
-            TrialOutcome::Timeout,
-            Some(format!(
-                "killed after the time limit ({wall_seconds:.0} s), last at {}",
-                last_at
+        ChildExit::TimedOut => Verdict::Timeout {
+            reason: format!(
+                "killed after the time limit ({:.0} s), last at {}",
+                r.timing.wall_seconds,
+                (t.last_at.as_ref())
                     .map(|l| format!("step {} {}", l.step + 1, l.stage))
                     .unwrap_or_else(|| "start".into())
-            )),
-        ),
+            ),
+        },
         ChildExit::NotStarted(why) => error(format!("the trial process could not start: {why}")),
         ChildExit::Signal(sig) => error(format!(
             "the trial process was killed by signal {sig}{}",
             tail(stderr)
         )),
-        ChildExit::Code(code) => match done {
+        ChildExit::Code(code) => match t.done {
             // The value read back proves the steps ran; a non-finite one (diverged numbers) is
             // still a measured run, and `divergence` says so.
-            Some(_) if code == exit::FITS => (TrialOutcome::Fits, None),
+            Some(check) if code == exit::FITS => Verdict::Fits {
+                evidence: Evidence::Device,
+                diverged: divergence(&r.memory.steps, check),
+            },
             _ => error(format!(
                 "the trial process exited with code {code} without a result{}",
                 tail(stderr)
@@ -445,6 +453,7 @@ const MESSAGE_CHARS: usize = 2000;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trial_report::TrialOutcome;
 
     fn run(losses: &[f64], check: f64) -> TrialReport {
         let mut events: Vec<ChildEvent> = losses
@@ -470,14 +479,14 @@ mod tests {
     #[test]
     fn a_diverged_run_is_a_measured_fit() {
         let r = run(&[1.5, f64::NAN], f64::NAN);
-        assert_eq!(r.outcome, TrialOutcome::Fits, "{r:?}");
-        assert_eq!(r.peak_bytes, Some(2 << 20));
-        assert_eq!(r.diverged.as_deref(), Some("the loss was NaN in step 2"));
+        assert_eq!(r.outcome(), TrialOutcome::Fits, "{r:?}");
+        assert_eq!(r.memory.peak_bytes, Some(2 << 20));
+        assert_eq!(r.diverged(), Some("the loss was NaN in step 2"));
         let r = run(&[1.5, 1.4], f64::INFINITY);
-        assert_eq!(r.outcome, TrialOutcome::Fits);
-        assert!(r.diverged.unwrap().contains("inf"));
+        assert_eq!(r.outcome(), TrialOutcome::Fits);
+        assert!(r.diverged().unwrap().contains("inf"));
         let r = run(&[1.5, 1.4], 3.0);
-        assert_eq!((r.outcome, r.diverged), (TrialOutcome::Fits, None));
+        assert_eq!((r.outcome(), r.diverged()), (TrialOutcome::Fits, None));
         // Without the value read back, the steps are not known to have run.
         let events = [ChildEvent::Step {
             step: 0,
@@ -486,7 +495,7 @@ mod tests {
             loss: 1.0,
         }];
         let r = assemble(&events, ChildExit::Code(exit::FITS), "", 2.0);
-        assert_eq!(r.outcome, TrialOutcome::Error);
+        assert_eq!(r.outcome(), TrialOutcome::Error);
     }
 
     /// A command that held its ceiling itself and went past it measured another card: neither its
@@ -505,10 +514,10 @@ mod tests {
         let oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n";
         for (code, stderr) in [(0, ""), (1, oom)] {
             let r = assemble(&[exited(code, past)], ChildExit::Code(0), stderr, 2.0);
-            assert_eq!(r.outcome, TrialOutcome::Error, "{r:?}");
-            assert!(r.oom.is_none() && r.error.as_deref() == past, "{r:?}");
+            assert_eq!(r.outcome(), TrialOutcome::Error, "{r:?}");
+            assert!(r.oom().is_none() && r.error() == past, "{r:?}");
             let r = assemble(&[exited(code, None)], ChildExit::Code(0), stderr, 2.0);
-            assert_ne!(r.outcome, TrialOutcome::Error, "{r:?}");
+            assert_ne!(r.outcome(), TrialOutcome::Error, "{r:?}");
         }
         let r = assemble(
             &[exited(2, past)],
@@ -516,6 +525,6 @@ mod tests {
             "usage: bad flag\n",
             2.0,
         );
-        assert!(r.error.unwrap().contains("exited with code 2"));
+        assert!(r.error().unwrap().contains("exited with code 2"));
     }
 }

@@ -197,7 +197,7 @@ impl TrialRunner for ProcessRunner {
         let stderr = err.take(until);
         let wall = started.elapsed().as_secs_f64();
         let mut r = assemble(&parse_events(&stdout), exit, &stderr, wall);
-        r.evidence = r.evidence.under(&request.engine);
+        r.verdict = r.verdict.under(&request.engine);
         r
     }
 }

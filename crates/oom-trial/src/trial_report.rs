@@ -26,8 +26,9 @@ impl TrialOutcome {
     }
 }
 
-/// What decided a trial's verdict: where its fit or its out-of-memory comes from.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// What decided a trial's verdict: where its fit or its out-of-memory comes from. Only a fit or an
+/// out-of-memory has one ([`Verdict`]); an error or a timeout is no verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Evidence {
     /// It ran on the device under the ceiling, which the device held (a GPU's allocator capped or
@@ -46,9 +47,6 @@ pub enum Evidence {
     Served,
     /// The model's memory estimate (`--estimate`): nothing ran.
     Estimate,
-    /// No verdict: the trial ended in an error or a timeout.
-    #[default]
-    None,
 }
 
 impl Evidence {
@@ -61,7 +59,6 @@ impl Evidence {
             Evidence::Exit => "the command's exit".into(),
             Evidence::Served => "the served command's answer".into(),
             Evidence::Estimate => "the model's estimate".into(),
-            Evidence::None => "no verdict".into(),
         }
     }
 
@@ -70,7 +67,6 @@ impl Evidence {
     pub fn under(self, engine: &crate::protocol::Engine) -> Evidence {
         use crate::protocol::Engine;
         match (self, engine) {
-            (Evidence::None, _) => Evidence::None,
             (_, Engine::Estimate) => Evidence::Estimate,
             (_, Engine::Stream { card }) => Evidence::Stream {
                 card: card.name.clone(),
@@ -82,6 +78,71 @@ impl Evidence {
     /// Whether a GPU ran the trial under the real ceiling: a certificate.
     pub fn is_device(&self) -> bool {
         matches!(self, Evidence::Device)
+    }
+}
+
+/// A trial's verdict with what it rests on. A fit or an out-of-memory cannot be made without the
+/// evidence that decided it; an out-of-memory carries its failure (where, what was in use, the
+/// message), an error or a timeout its reason. In JSON the variant is the `outcome` key, beside
+/// `evidence`, `oom` or `error` (the journal's first format, which reads back as this).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "lowercase")]
+pub enum Verdict {
+    Fits {
+        evidence: Evidence,
+        /// The steps ran and were measured, but their numbers left the float range (a loss or the
+        /// value read back was NaN or infinite, as pure f16 does): how. Still the memory's
+        /// verdict; the report says the training itself would not have learned.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        diverged: Option<String>,
+    },
+    Oom {
+        #[serde(rename = "oom")]
+        failure: OomInfo,
+        evidence: Evidence,
+    },
+    Error {
+        #[serde(rename = "error")]
+        reason: String,
+    },
+    Timeout {
+        #[serde(rename = "error")]
+        reason: String,
+    },
+}
+
+impl Verdict {
+    /// The verdict's kind, for what reads only that (the search, exit codes).
+    pub fn outcome(&self) -> TrialOutcome {
+        match self {
+            Verdict::Fits { .. } => TrialOutcome::Fits,
+            Verdict::Oom { .. } => TrialOutcome::Oom,
+            Verdict::Error { .. } => TrialOutcome::Error,
+            Verdict::Timeout { .. } => TrialOutcome::Timeout,
+        }
+    }
+
+    /// What decided a fit or an out-of-memory.
+    pub fn evidence(&self) -> Option<&Evidence> {
+        match self {
+            Verdict::Fits { evidence, .. } | Verdict::Oom { evidence, .. } => Some(evidence),
+            _ => None,
+        }
+    }
+
+    /// The verdict with its evidence as the engine that ran the trial makes it ([`Evidence::under`]).
+    pub fn under(self, engine: &crate::protocol::Engine) -> Verdict {
+        match self {
+            Verdict::Fits { evidence, diverged } => Verdict::Fits {
+                evidence: evidence.under(engine),
+                diverged,
+            },
+            Verdict::Oom { failure, evidence } => Verdict::Oom {
+                failure,
+                evidence: evidence.under(engine),
+            },
+            other => other,
+        }
     }
 }
 
@@ -139,110 +200,165 @@ pub enum ChildExit {
     NotStarted(String),
 }
 
-/// Everything one trial measured, as JSON for `--json` and the journal.
+/// The device a trial's child made ready under its ceiling, as it said when it started: all four
+/// or none (a child that never started).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TrialReport {
-    pub outcome: TrialOutcome,
-    pub backend: Option<BackendKind>,
-    pub device: Option<String>,
-    pub ceiling_bytes: Option<u64>,
-    pub context_bytes: Option<u64>,
+pub struct Started {
+    pub backend: BackendKind,
+    pub device: String,
+    pub ceiling_bytes: u64,
+    pub context_bytes: u64,
+}
+
+/// What a trial measured of memory: its peaks, what it held between steps, each stage's and step's
+/// readings, and its stream replayed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Memory {
     /// Most device memory handed out at once (CUDA: used device memory incl. the context; CPU: the
     /// counting allocator's peak).
     pub peak_bytes: Option<u64>,
+    /// `--exec`: where the peak comes from (the command's own figure, sampled device memory, the
+    /// largest resident set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_source: Option<String>,
     /// Most memory held by live tensors at a measuring point.
     pub peak_in_use_bytes: Option<u64>,
-    /// Memory held once the model, optimizer and batch exist, before the first step.
+    /// Memory held once the model, optimizer and batch exist, before the first step; after the
+    /// last step where steps ran (what does not scale with the batch).
     pub base_bytes: Option<u64>,
     pub params: Option<usize>,
     pub stages: Vec<StageMemory>,
     pub steps: Vec<StepRecord>,
     /// Growth of in-use memory from the second step to the last; a possible leak when positive.
     pub leak_bytes_per_step: Option<i64>,
-    pub oom: Option<OomInfo>,
-    pub error: Option<String>,
-    pub exit: ChildExit,
+    /// A built-in trial that ran to its end: its stream replayed through PyTorch's allocator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocator: Option<Replayed>,
+}
+
+/// How long a trial took: in all, and from its child's start until the device was ready under its
+/// ceiling (process start, CUDA context, ballast) and until the model, optimizer and batch existed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timing {
     pub wall_seconds: f64,
-    /// Seconds from the child's start until the device was ready under its ceiling (process start,
-    /// CUDA context, ballast), and until the model, optimizer and batch existed.
     #[serde(default)]
     pub ready_seconds: Option<f64>,
     #[serde(default)]
     pub built_seconds: Option<f64>,
+}
+
+/// One trial, from the child to the report: its verdict with the evidence and payload it rests on,
+/// the device it started on, what it measured of memory, its timing, and how its process ended.
+/// As JSON (`--json`, the journal) the groups are flattened into one object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrialReport {
+    #[serde(flatten)]
+    pub verdict: Verdict,
+    #[serde(flatten)]
+    pub started: Option<Started>,
+    #[serde(flatten)]
+    pub memory: Memory,
+    #[serde(flatten)]
+    pub timing: Timing,
+    pub exit: ChildExit,
     /// Where the child ran (host, Slurm step), when it said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub place: Option<crate::protocol::Place>,
-    /// `--exec`: where the peak comes from (the command's own figure, sampled device memory, the
-    /// largest resident set).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub peak_source: Option<String>,
-    /// The steps ran and were measured, but their numbers left the float range (a loss or the
-    /// value read back was NaN or infinite, as pure f16 does): how. The outcome is still the
-    /// memory's verdict; the report says the training itself would not have learned.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub diverged: Option<String>,
-    /// `--exec`: a command that serves trials answered this one (it did not run in a process of
-    /// its own).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub served: bool,
-    /// A built-in trial that ran to its end: its stream replayed through PyTorch's allocator.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub allocator: Option<Replayed>,
-    /// What decided the verdict.
-    #[serde(default)]
-    pub evidence: Evidence,
 }
 
 impl TrialReport {
+    /// The verdict's kind.
+    pub fn outcome(&self) -> TrialOutcome {
+        self.verdict.outcome()
+    }
+
+    /// An out-of-memory's failure.
+    pub fn oom(&self) -> Option<&OomInfo> {
+        match &self.verdict {
+            Verdict::Oom { failure, .. } => Some(failure),
+            _ => None,
+        }
+    }
+
+    /// Why a trial is no verdict (an error or a timeout).
+    pub fn error(&self) -> Option<&str> {
+        match &self.verdict {
+            Verdict::Error { reason } | Verdict::Timeout { reason } => Some(reason),
+            _ => None,
+        }
+    }
+
+    /// How a fit's numbers diverged, if they did.
+    pub fn diverged(&self) -> Option<&str> {
+        match &self.verdict {
+            Verdict::Fits { diverged, .. } => diverged.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// What decided a fit or an out-of-memory.
+    pub fn evidence(&self) -> Option<&Evidence> {
+        self.verdict.evidence()
+    }
+
+    /// A served command answered this trial (it did not run in a process of its own).
+    pub fn served(&self) -> bool {
+        self.evidence() == Some(&Evidence::Served)
+    }
+
+    pub fn backend(&self) -> Option<BackendKind> {
+        self.started.as_ref().map(|s| s.backend)
+    }
+
+    pub fn device(&self) -> Option<&str> {
+        self.started.as_ref().map(|s| s.device.as_str())
+    }
+
+    pub fn ceiling_bytes(&self) -> Option<u64> {
+        self.started.as_ref().map(|s| s.ceiling_bytes)
+    }
+
+    pub fn context_bytes(&self) -> Option<u64> {
+        self.started.as_ref().map(|s| s.context_bytes)
+    }
+
     /// What was in use when it ran out of memory: the failure's own figure (`true`), else the last
     /// reading before it (`false`, a lower bound).
     pub fn in_use_at_oom(&self) -> Option<(u64, bool)> {
-        let oom = self.oom.as_ref()?;
+        let oom = self.oom()?;
         match oom.in_use_bytes {
             Some(b) => Some((b, true)),
-            None => self.stages.last().map(|s| (s.in_use_bytes, false)),
+            None => self.memory.stages.last().map(|s| (s.in_use_bytes, false)),
         }
     }
 
     /// In use at an out-of-memory failure plus the request that failed, where known.
     pub fn failed_at(&self) -> Option<u64> {
         let (in_use, _) = self.in_use_at_oom()?;
-        Some(in_use + self.oom.as_ref().and_then(|o| o.bytes).unwrap_or(0))
+        Some(in_use + self.oom().and_then(|o| o.bytes).unwrap_or(0))
     }
 
-    /// A report with nothing measured yet.
+    /// A report with nothing measured yet: no verdict until the trial is classified.
     pub(crate) fn empty(exit: ChildExit, wall_seconds: f64) -> TrialReport {
         TrialReport {
-            outcome: TrialOutcome::Error,
-            backend: None,
-            device: None,
-            ceiling_bytes: None,
-            context_bytes: None,
-            peak_bytes: None,
-            peak_in_use_bytes: None,
-            base_bytes: None,
-            params: None,
-            stages: vec![],
-            steps: vec![],
-            leak_bytes_per_step: None,
-            oom: None,
-            error: None,
+            verdict: Verdict::Error {
+                reason: "nothing measured".into(),
+            },
+            started: None,
+            memory: Memory::default(),
+            timing: Timing {
+                wall_seconds,
+                ready_seconds: None,
+                built_seconds: None,
+            },
             exit,
-            wall_seconds,
-            ready_seconds: None,
-            built_seconds: None,
             place: None,
-            peak_source: None,
-            diverged: None,
-            served: false,
-            allocator: None,
-            evidence: Evidence::None,
         }
     }
 
     /// The smallest ceiling the trial fits under, as PyTorch's allocator holds its stream.
     pub fn need_bytes(&self) -> Option<u64> {
-        self.allocator.as_ref().map(|a| a.need_bytes)
+        self.memory.allocator.as_ref().map(|a| a.need_bytes)
     }
 
     /// What the need would be with nothing in it that scales with the batch, the input or the
@@ -250,15 +366,16 @@ impl TrialReport {
     /// buffers, optimizer state). Where only one need is known, the line through it and this
     /// floor predicts a boundary.
     pub fn need_floor_bytes(&self) -> Option<u64> {
-        let before = self.allocator.as_ref()?.before_bytes;
-        self.base_bytes.map(|base| before + base)
+        let before = self.memory.allocator.as_ref()?.before_bytes;
+        self.memory.base_bytes.map(|base| before + base)
     }
 
     /// The device fitted under the ceiling where the replay of its stream does not: the device's
     /// verdict stands, and the report says so.
     pub fn replay_disagrees(&self) -> bool {
-        self.outcome == TrialOutcome::Fits
+        self.outcome() == TrialOutcome::Fits
             && self
+                .memory
                 .allocator
                 .as_ref()
                 .is_some_and(|a| a.fails_at.is_some())

@@ -67,6 +67,9 @@ pub struct Stats {
     pub peak_reserved: u64,
     /// Times the cached segments were released to retry a segment (`num_alloc_retries`).
     pub retries: u64,
+    /// Requests that failed after the retry (`num_ooms`): a stream's out-of-memory, or a
+    /// convolution workspace whose engine then gave way to the next ([`crate::Event::Workspace`]).
+    pub ooms: u64,
     /// Segments made (`segment.all.allocated`).
     pub segments: u64,
 }
@@ -221,7 +224,11 @@ impl Allocator {
         }
         self.release_cached(device);
         self.stats.retries += 1;
-        self.alloc_block(rounded, pool, device).ok_or(OutOfMemory {
+        let served = self.alloc_block(rounded, pool, device);
+        if served.is_none() {
+            self.stats.ooms += 1;
+        }
+        served.ok_or(OutOfMemory {
             requested: size,
             segment: rules::segment_size(rounded),
             stats: self.stats,

@@ -19,7 +19,9 @@
 //! requests need them and the retry unmaps the free pages instead of releasing whole segments.
 //! Not modelled (each needs rules of its own): `max_split_size_mb`, `roundup_power2_divisions`,
 //! `garbage_collection_threshold`, several streams, CUDA graphs, and cuDNN's benchmark mode (its
-//! workspace trials allocate and fail by design).
+//! workspace trials allocate and fail by design). The default path's convolution workspaces are
+//! ([`Event::Workspace`]): each engine's workspace tried in the heuristics' order, a failure the
+//! next engine's turn.
 
 #![no_std]
 extern crate alloc;

@@ -34,7 +34,11 @@ pub fn bench(args: &BenchArgs) -> Result<i32> {
         .map(|s| s.label.as_str())
         .collect();
     let used = run.diagnosis.trials.len() - run.resumed;
-    let walls: Vec<f64> = run.reports.values().map(|r| r.wall_seconds).collect();
+    let walls: Vec<f64> = run
+        .reports
+        .values()
+        .map(|r| r.timing.wall_seconds)
+        .collect();
     let mean_trial = output::bench::mean(&walls);
     show!(
         "{}",

@@ -150,7 +150,7 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     let ceiling = st
         .device
         .ceiling_bytes
-        .or_else(|| reports.values().find_map(|r| r.ceiling_bytes));
+        .or_else(|| reports.values().find_map(|r| r.ceiling_bytes()));
     Ok(BisectRun {
         diagnosis: d,
         certified,

@@ -112,7 +112,7 @@ pub(super) fn report_run(run: &BisectRun) -> Result<i32> {
         estimate: st.device.engine == oom_trial::Engine::Estimate,
         confirm: (st.device.engine == oom_trial::Engine::Estimate).then(|| confirm(st, &sets)),
         exec: st.device.exec_command(),
-        served: run.reports.values().any(|r| r.served),
+        served: run.reports.values().any(|r| r.served()),
         verbose: st.verbose,
         ceiling: run.ceiling,
         notes: notes(st, d),
@@ -170,15 +170,34 @@ fn refusals(base: &deeplab::Config, d: &oom_search::Diagnosis) -> Vec<String> {
 }
 
 /// What the report notes under its header: configurations it offers that PyTorch refuses (not
-/// under --exec, whose trials are PyTorch's own: what fits there, PyTorch trained), and bf16 fixes
-/// on a card without bf16.
+/// under --exec, whose trials are PyTorch's own: what fits there, PyTorch trained), what a
+/// built-in trial's need leaves out of PyTorch's, and bf16 fixes on a card without bf16.
 fn notes(st: &BisectSettings, d: &oom_search::Diagnosis) -> Vec<String> {
     let mut notes = match st.device.engine {
         oom_trial::Engine::Exec { .. } => vec![],
         _ => refusals(&st.workload.config, d),
     };
+    notes.extend(without_workspaces(st));
     notes.extend(without_bf16(st.device.card, &d.fixes));
     notes
+}
+
+/// A built-in trial's stream holds no cuDNN convolution workspaces (docs/fidelity.md, "The
+/// model's stream"): where it stands for PyTorch's, the report says that PyTorch may need more,
+/// and by how much it did where it was measured.
+fn without_workspaces(st: &BisectSettings) -> Option<String> {
+    let built_in = matches!(
+        st.device.engine,
+        oom_trial::Engine::Train | oom_trial::Engine::Stream { .. }
+    );
+    let pytorch = st.workload.config.device.memory_model() == deeplab::MemoryModel::Pytorch;
+    (built_in && pytorch).then(|| {
+        "the needs are without cuDNN's convolution workspaces, which PyTorch asks for on a GPU: \
+         PyTorch may need more (on an H100 at R50 OS16 512² under 24 GiB, PyTorch's largest batch \
+         is 32 and the built-in trial's 34; docs/fidelity.md). For PyTorch's own answer, give it \
+         as the trial (--exec)"
+            .to_string()
+    })
 }
 
 /// The bf16 fixes that fit, where the ceiling is a card without bf16 arithmetic: they hold what

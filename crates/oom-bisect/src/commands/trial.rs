@@ -65,7 +65,7 @@ pub fn trial(args: &TrialArgs) -> Result<i32> {
         let v = output::stamped(v, w.config.device.memory_model());
         write_file(j, &serde_json::to_string_pretty(&v).expect("json"))?;
     }
-    Ok(match r.outcome {
+    Ok(match r.outcome() {
         TrialOutcome::Fits => code::SUCCESS,
         TrialOutcome::Oom => code::OOM,
         TrialOutcome::Error | TrialOutcome::Timeout => code::INCONCLUSIVE,

@@ -101,31 +101,32 @@ pub fn mean(v: &[f64]) -> Option<f64> {
 /// Everything a finished trial spent beyond its steps at their steady speed.
 fn overhead(r: &TrialReport) -> f64 {
     let steady = r
+        .memory
         .steps
         .iter()
         .skip(1)
         .map(|s| s.seconds)
         .fold(f64::INFINITY, f64::min);
-    r.wall_seconds - steady * r.steps.len() as f64
+    r.timing.wall_seconds - steady * r.memory.steps.len() as f64
 }
 
 fn per_trial(ran: &[&TrialReport], exec: bool) -> String {
-    let walls: Vec<f64> = ran.iter().map(|r| r.wall_seconds).collect();
-    let ready: Vec<f64> = ran.iter().filter_map(|r| r.ready_seconds).collect();
+    let walls: Vec<f64> = ran.iter().map(|r| r.timing.wall_seconds).collect();
+    let ready: Vec<f64> = ran.iter().filter_map(|r| r.timing.ready_seconds).collect();
     let built: Vec<f64> = ran
         .iter()
-        .filter_map(|r| Some(r.built_seconds? - r.ready_seconds?))
+        .filter_map(|r| Some(r.timing.built_seconds? - r.timing.ready_seconds?))
         .collect();
     // Trials that finished every step: their first step against their later ones.
     let finished: Vec<&TrialReport> = ran
         .iter()
         .copied()
-        .filter(|r| r.outcome == TrialOutcome::Fits && r.steps.len() > 1)
+        .filter(|r| r.outcome() == TrialOutcome::Fits && r.memory.steps.len() > 1)
         .collect();
     let of = |f: &dyn Fn(&TrialReport) -> f64| finished.iter().map(|r| f(r)).collect::<Vec<_>>();
     let later: Vec<f64> = finished
         .iter()
-        .flat_map(|r| r.steps.iter().skip(1).map(|s| s.seconds))
+        .flat_map(|r| r.memory.steps.iter().skip(1).map(|s| s.seconds))
         .collect();
     let rows = [
         (
@@ -136,11 +137,11 @@ fn per_trial(ran: &[&TrialReport], exec: bool) -> String {
         ("whole trial, any outcome", mean(&walls)),
         (
             "finished trials: whole trial",
-            mean(&of(&|r| r.wall_seconds)),
+            mean(&of(&|r| r.timing.wall_seconds)),
         ),
         (
             "finished trials: all training steps",
-            mean(&of(&|r| r.steps.iter().map(|s| s.seconds).sum())),
+            mean(&of(&|r| r.memory.steps.iter().map(|s| s.seconds).sum())),
         ),
         (
             // A command's first step is timed from its start: its interpreter, imports and build.
@@ -148,7 +149,7 @@ fn per_trial(ran: &[&TrialReport], exec: bool) -> String {
                 true => "finished trials: first step (the command's start included)",
                 false => "finished trials: first step (compilation included)",
             },
-            mean(&of(&|r| r.steps[0].seconds)),
+            mean(&of(&|r| r.memory.steps[0].seconds)),
         ),
         ("finished trials: a later step", mean(&later)),
         (

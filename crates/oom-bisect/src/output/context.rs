@@ -62,7 +62,7 @@ impl Context<'_> {
     /// Whether the trials ran on CUDA (a need then counts the CUDA context, as a card does).
     pub fn on_cuda(&self) -> bool {
         self.original_report()
-            .is_some_and(|r| r.backend == Some(oom_trial::BackendKind::Cuda))
+            .is_some_and(|r| r.backend() == Some(oom_trial::BackendKind::Cuda))
     }
 
     /// The report of a candidate's first run.
@@ -91,11 +91,11 @@ impl Context<'_> {
     /// where its run was replayed (it reached its end, over the ceiling or not), else the original
     /// without the ceiling when it ran out of memory under it, else the original when it fits.
     pub fn whole_run(&self) -> Option<(&TrialReport, &'static str)> {
-        let replayed = |r: &&TrialReport| r.allocator.is_some();
+        let replayed = |r: &&TrialReport| r.memory.allocator.is_some();
         if let Some(r) = self.original_report().filter(replayed) {
             return Some((r, "the original"));
         }
-        let fits = |r: &&TrialReport| r.outcome == oom_trial::TrialOutcome::Fits;
+        let fits = |r: &&TrialReport| r.outcome() == oom_trial::TrialOutcome::Fits;
         match self.need_report().filter(fits) {
             Some(r) => Some((r, "the original without the ceiling")),
             None => self
@@ -110,7 +110,11 @@ impl Context<'_> {
     /// the original ran with them (a `--exec` command that sets them).
     pub fn expandable(&self) -> Option<(u64, bool)> {
         let (r, _) = self.whole_run()?;
-        let a = r.allocator.as_ref().filter(|a| !a.expandable_segments)?;
+        let a = r
+            .memory
+            .allocator
+            .as_ref()
+            .filter(|a| !a.expandable_segments)?;
         let need = a.expandable_need_bytes?;
         Some((need, self.ceiling.is_none_or(|c| need <= c)))
     }

@@ -104,7 +104,7 @@ impl<'a> Split<'a> {
 /// optimizer state, made before that pass, to tip it over. The diagnosis's first line and the
 /// phase line say it in these words.
 pub fn failing_place(d: &Diagnosis, cx: &Context<'_>) -> Option<String> {
-    let oom = cx.original_report()?.oom.as_ref()?;
+    let oom = cx.original_report()?.oom()?;
     let stage = match boundary(d, AxisKind::Depth) {
         Some((_, first_oom)) => format!("in the {first_oom}"),
         None => format!("after {}", oom.stage.as_ref().map_or("start", |s| s.name())),
@@ -134,7 +134,7 @@ pub fn failing_place(d: &Diagnosis, cx: &Context<'_>) -> Option<String> {
 /// disagree.
 fn in_short(d: &Diagnosis, cx: &Context<'_>, split: Option<&Split<'_>>) -> Option<String> {
     let split = split?;
-    let oom = cx.original_report()?.oom.as_ref()?;
+    let oom = cx.original_report()?.oom()?;
     let when = format!(
         "step {}, {}",
         oom.step.unwrap_or(0) + 1,
@@ -228,7 +228,7 @@ fn carries(cx: &Context<'_>, label: &str) -> Option<String> {
 /// ([`failing_place`]), what was in use and asked for, and the stage depth first tips it over.
 fn where_it_fails(d: &Diagnosis, cx: &Context<'_>) -> Option<String> {
     let r = cx.original_report()?;
-    let o = r.oom.as_ref()?;
+    let o = r.oom()?;
     let depth = boundary(d, AxisKind::Depth).map(|(fit, oom)| {
         format!("; truncated after {fit} the model fits, with {oom} it does not")
     });
@@ -396,7 +396,7 @@ fn suspects(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
     if !ruled_out.is_empty() {
         out.push(format!("Ruled out: {}.", ruled_out.join("; ")));
     }
-    out.extend(cx.whole_run().and_then(|(r, _)| leak_text(&r.steps)));
+    out.extend(cx.whole_run().and_then(|(r, _)| leak_text(&r.memory.steps)));
     let absent = not_configured(cx.config);
     if !absent.is_empty() {
         out.push(format!(

@@ -265,8 +265,8 @@ fn draw_points(chart: &mut Chart<'_, '_>, pts: &[Point]) -> Option<()> {
 /// segments is not in use).
 fn stages_plot(cx: &Context<'_>) -> Option<Figure> {
     let r = cx.original_report()?;
-    let last_step = r.stages.iter().map(|s| s.step).max()?;
-    let mut rows: Vec<(String, u64, u64)> = (r.stages.iter())
+    let last_step = r.memory.stages.iter().map(|s| s.step).max()?;
+    let mut rows: Vec<(String, u64, u64)> = (r.memory.stages.iter())
         .filter(|s| s.step == last_step)
         .map(|s| (s.name.clone(), s.in_use_bytes, s.device_bytes))
         .collect();
@@ -298,7 +298,7 @@ fn failed_request(
     step: usize,
     need: Option<u64>,
 ) -> Option<(String, u64)> {
-    let oom = r.oom.as_ref()?;
+    let oom = r.oom()?;
     if oom.step != Some(step) {
         return None;
     }

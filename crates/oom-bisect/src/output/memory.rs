@@ -23,7 +23,7 @@ pub struct Part {
 /// The bytes [`breakdown`] splits: the need where the run was replayed through the caching
 /// allocator, else the peak.
 pub fn whole(r: &TrialReport) -> Option<u64> {
-    r.need_bytes().or(r.peak_bytes)
+    r.need_bytes().or(r.memory.peak_bytes)
 }
 
 /// The need (or peak) of `r` (a built-in trial of `config` that ran to the end) split into its
@@ -38,14 +38,18 @@ pub fn breakdown(r: &TrialReport, config: &Config) -> Option<Vec<Part>> {
     let params = arch.params();
     let res = arch.resident(config, params);
     // On the CPU what the process held before the model is a few KiB of its heap: not a part.
-    let cuda = r.backend == Some(BackendKind::Cuda);
+    let cuda = r.backend() == Some(BackendKind::Cuda);
     let context = match cuda {
-        true => r.context_bytes.unwrap_or(0).min(peak),
+        true => r.context_bytes().unwrap_or(0).min(peak),
         false => 0,
     };
-    let in_use = match (&r.allocator, cuda) {
+    let in_use = match (&r.memory.allocator, cuda) {
         (Some(a), _) => a.allocated_bytes.min(peak - context),
-        (None, true) => r.peak_in_use_bytes.unwrap_or(peak).min(peak - context),
+        (None, true) => r
+            .memory
+            .peak_in_use_bytes
+            .unwrap_or(peak)
+            .min(peak - context),
         (None, false) => peak,
     };
     let state = match config.train.phase {
@@ -89,11 +93,11 @@ pub fn breakdown(r: &TrialReport, config: &Config) -> Option<Vec<Part>> {
             fixed: false,
         },
     ];
-    if r.allocator.is_some() || cuda {
+    if r.memory.allocator.is_some() || cuda {
         parts.push(Part {
             part: "held, not in use",
             bytes: peak - context - in_use,
-            how: match r.allocator {
+            how: match r.memory.allocator {
                 Some(_) => "free blocks of segments that earlier requests split, which the \
                             allocator cannot give back"
                     .into(),
@@ -148,9 +152,9 @@ pub fn breakdown_text(parts: &[Part], peak: u64) -> String {
 /// MiB (+2.0%)" from a run replayed through the caching allocator; "needs 183.2 MiB, has …" from
 /// the peak of a run without the ceiling; or why the need is not known.
 pub fn need_text(need: &TrialReport, ceiling: u64) -> String {
-    if let Some(a) = &need.allocator {
-        let context = match need.backend {
-            Some(BackendKind::Cuda) => need.context_bytes.unwrap_or(0),
+    if let Some(a) = &need.memory.allocator {
+        let context = match need.backend() {
+            Some(BackendKind::Cuda) => need.context_bytes().unwrap_or(0),
             _ => 0,
         };
         let held = a.need_bytes.saturating_sub(context + a.allocated_bytes);
@@ -170,8 +174,8 @@ pub fn need_text(need: &TrialReport, ceiling: u64) -> String {
             100.0 * (a.need_bytes as f64 / ceiling.max(1) as f64 - 1.0)
         );
     }
-    let resident = need.peak_source.as_deref() == Some(oom_trial::exec::RESIDENT_SOURCE);
-    match (need.outcome, need.peak_bytes) {
+    let resident = need.memory.peak_source.as_deref() == Some(oom_trial::exec::RESIDENT_SOURCE);
+    match (need.outcome(), need.memory.peak_bytes) {
         // What the processes held is not what the command needs: nothing held it to a ceiling.
         (TrialOutcome::Fits, Some(p)) if resident => format!(
             "held at most {} resident in its processes, has {}; on the CPU nothing holds a \
@@ -186,7 +190,7 @@ pub fn need_text(need: &TrialReport, ceiling: u64) -> String {
             fmt_bytes(ceiling),
             100.0 * (p as f64 / ceiling.max(1) as f64 - 1.0)
         ),
-        (TrialOutcome::Oom, _) => match need.ceiling_bytes {
+        (TrialOutcome::Oom, _) => match need.ceiling_bytes() {
             // The most this machine could give is below the ceiling: no figure of its need.
             Some(most) if most < ceiling => format!(
                 "has {}; how much it needs is not known: it ran out of memory under {}, the most \
@@ -203,7 +207,7 @@ pub fn need_text(need: &TrialReport, ceiling: u64) -> String {
         _ => format!(
             "has {}; how much it needs could not be measured ({})",
             fmt_bytes(ceiling),
-            need.error.as_deref().unwrap_or("no peak")
+            need.error().unwrap_or("no peak")
         ),
     }
 }
@@ -224,7 +228,7 @@ pub fn oom_text(r: &TrialReport) -> String {
         return "OOM".into();
     };
     let asked = r
-        .oom
+        .oom()
         .as_ref()
         .and_then(|o| o.bytes)
         .map(|b| format!(" + {}", fmt_bytes(b)))

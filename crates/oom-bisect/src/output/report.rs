@@ -264,7 +264,7 @@ fn where_the_memory_is(cx: &Context<'_>) -> String {
         return String::new();
     };
     let whole = memory::whole(r).unwrap_or(0);
-    let at = match r.allocator {
+    let at = match r.memory.allocator {
         Some(_) => format!("what {which} needs"),
         None => format!("the peak of {which}"),
     };

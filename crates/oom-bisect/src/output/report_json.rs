@@ -134,8 +134,8 @@ pub fn json(d: &Diagnosis, cx: &Context<'_>) -> Value {
             "outcome": d.original.outcome,
             "peak_bytes": d.original.peak_bytes,
             "note": d.original.note,
-            "oom": cx.original_report().and_then(|r| r.oom.clone()),
-            "stages": cx.original_report().map(|r| r.stages.clone()),
+            "oom": cx.original_report().and_then(|r| r.oom()),
+            "stages": cx.original_report().map(|r| r.memory.stages.clone()),
             // The original's own replayed need, else measured without the ceiling; null when not
             // measured or when even that ran out.
             "needed_bytes": d.original.need_bytes.or_else(|| d.need.as_ref().and_then(|m| match m.outcome {
@@ -191,7 +191,8 @@ fn trial_json(t: &oom_search::TrialRecord, cx: &Context<'_>) -> Value {
     let evidence = cx
         .reports
         .get(&(t.candidate.clone(), t.attempt))
-        .map(|r| &r.evidence);
+        .map(|r| r.evidence());
+    // An error or a timeout is no verdict: its evidence is null.
     if let (Value::Object(fields), Some(e)) = (&mut v, evidence) {
         fields.insert("evidence".into(), json!(e));
     }

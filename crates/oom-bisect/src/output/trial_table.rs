@@ -21,28 +21,28 @@ fn summary(r: &TrialReport) -> String {
     let or_dash = |b: Option<u64>| b.map(fmt_bytes).unwrap_or_else(|| "-".into());
     let mut s = format!(
         "outcome: {}   backend: {}   ceiling: {}   context: {}\n",
-        r.outcome.name(),
-        r.device.clone().unwrap_or_else(|| "-".into()),
-        or_dash(r.ceiling_bytes),
-        or_dash(r.context_bytes),
+        r.outcome().name(),
+        r.device().unwrap_or("-"),
+        or_dash(r.ceiling_bytes()),
+        or_dash(r.context_bytes()),
     );
-    if let Some(p) = r.params {
+    if let Some(p) = r.memory.params {
         s += &format!(
             "parameters: {}   held between steps (parameters, optimizer state, batch): {}\n",
             super::count(p as u64),
-            r.base_bytes.map(fmt_bytes).unwrap_or_default()
+            r.memory.base_bytes.map(fmt_bytes).unwrap_or_default()
         );
     }
     s
 }
 
 fn stages(r: &TrialReport) -> String {
-    let Some(last) = r.stages.iter().map(|x| x.step).max() else {
+    let Some(last) = r.memory.stages.iter().map(|x| x.step).max() else {
         return String::new();
     };
     // The step that ran out of memory, where one did (a replay may fail in a step the device
     // finished), else the last one reached.
-    let (step, which) = match r.oom.as_ref().and_then(|o| o.step) {
+    let (step, which) = match r.oom().and_then(|o| o.step) {
         Some(step) if step <= last => (step, "where it runs out of memory"),
         _ => (last, "the last one reached"),
     };
@@ -51,7 +51,7 @@ fn stages(r: &TrialReport) -> String {
         "  {:<26} {:<9} {:>12} {:>12} {:>9}\n",
         "stage", "phase", "in use", "device", "at"
     );
-    for x in r.stages.iter().filter(|x| x.step == step) {
+    for x in r.memory.stages.iter().filter(|x| x.step == step) {
         s += &format!(
             "  {:<26} {:<9} {:>12} {:>12} {:>7.1} s\n",
             x.name,
@@ -66,13 +66,13 @@ fn stages(r: &TrialReport) -> String {
 
 fn steps(r: &TrialReport) -> String {
     let mut s = String::new();
-    if !r.steps.is_empty() {
+    if !r.memory.steps.is_empty() {
         s += "\nsteps:\n";
     }
     // Only a GPU trial compiles kernels in its first step; a stream-only trial computes nothing.
-    let stream = matches!(r.evidence, oom_trial::Evidence::Stream { .. });
-    let compiles = r.backend == Some(oom_trial::BackendKind::Cuda) && !stream;
-    for st in &r.steps {
+    let stream = matches!(r.evidence(), Some(oom_trial::Evidence::Stream { .. }));
+    let compiles = r.backend() == Some(oom_trial::BackendKind::Cuda) && !stream;
+    for st in &r.memory.steps {
         let loss = match stream {
             true => "loss not computed (stream only)".to_string(),
             false => format!("loss {:.4}", st.loss),
@@ -89,16 +89,16 @@ fn steps(r: &TrialReport) -> String {
             fmt_bytes(st.in_use_after_bytes),
         );
     }
-    if let Some(l) = r.leak_bytes_per_step.filter(|l| *l > 0) {
+    if let Some(l) = r.memory.leak_bytes_per_step.filter(|l| *l > 0) {
         s += &format!(
             "possible leak: in-use memory grows by {} per step after the first\n",
             fmt_bytes(l as u64)
         );
     }
-    if let (Some(ready), Some(built)) = (r.ready_seconds, r.built_seconds) {
+    if let (Some(ready), Some(built)) = (r.timing.ready_seconds, r.timing.built_seconds) {
         s += &format!(
             "time: device ready after {ready:.1} s (process, context, ceiling), model built after {built:.1} s, trial {:.1} s\n",
-            r.wall_seconds
+            r.timing.wall_seconds
         );
     }
     s
@@ -106,7 +106,8 @@ fn steps(r: &TrialReport) -> String {
 
 /// The estimate's step: what it holds after it; it has no loss and took no time.
 fn estimated_steps(r: &TrialReport) -> String {
-    r.steps
+    r.memory
+        .steps
         .iter()
         .map(|st| {
             format!(
@@ -121,7 +122,7 @@ fn estimated_steps(r: &TrialReport) -> String {
 /// Where the device and the replay of its stream disagree, and where several device streams were
 /// replayed as one: said, never silently.
 fn replay_note(r: &TrialReport) -> String {
-    let Some(a) = &r.allocator else {
+    let Some(a) = &r.memory.allocator else {
         return String::new();
     };
     let mut s = String::new();
@@ -140,12 +141,12 @@ fn replay_note(r: &TrialReport) -> String {
 
 fn ending(r: &TrialReport) -> String {
     let mut s = "\n".to_string();
-    let of = r.ceiling_bytes.map(|c| format!(" of {}", fmt_bytes(c)));
+    let of = r.ceiling_bytes().map(|c| format!(" of {}", fmt_bytes(c)));
     // A run replayed through the caching allocator: what it needs, whatever its outcome.
-    if let (Some(_), Some(c)) = (&r.allocator, r.ceiling_bytes) {
+    if let (Some(_), Some(c)) = (&r.memory.allocator, r.ceiling_bytes()) {
         s += &format!("{}\n", super::memory::need_text(r, c));
         s += &replay_note(r);
-    } else if let (Some(at), Some(o)) = (r.failed_at(), &r.oom) {
+    } else if let (Some(at), Some(o)) = (r.failed_at(), &r.oom()) {
         // An out-of-memory's figure is what it tried to hold, never the lower reading before it.
         s += &format!(
             "tried to hold: {}{} ({} in use + {} requested)\n",
@@ -154,8 +155,8 @@ fn ending(r: &TrialReport) -> String {
             fmt_bytes(at - o.bytes.unwrap_or(0)),
             o.bytes.map(fmt_bytes).unwrap_or_else(|| "?".into())
         );
-    } else if let Some(p) = r.peak_bytes {
-        let source = r.peak_source.as_ref().map(|w| format!(" ({w})"));
+    } else if let Some(p) = r.memory.peak_bytes {
+        let source = r.memory.peak_source.as_ref().map(|w| format!(" ({w})"));
         s += &format!(
             "peak: {}{}{}\n",
             fmt_bytes(p),
@@ -163,7 +164,7 @@ fn ending(r: &TrialReport) -> String {
             source.unwrap_or_default()
         );
     }
-    if let Some(o) = &r.oom {
+    if let Some(o) = &r.oom() {
         s += &format!(
             "OUT OF MEMORY in step {} during {} after {}{}{}\n  {}\n",
             o.step.unwrap_or(0) + 1,
@@ -178,8 +179,8 @@ fn ending(r: &TrialReport) -> String {
             o.message
         );
     }
-    if let Some(e) = &r.error {
-        s += &format!("{}: {e}\n", r.outcome.name().to_uppercase());
+    if let Some(e) = &r.error() {
+        s += &format!("{}: {e}\n", r.outcome().name().to_uppercase());
     }
     s
 }

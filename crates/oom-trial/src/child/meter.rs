@@ -188,7 +188,8 @@ impl Meter {
 /// (docs/fidelity.md): a diagnostic, not part of the protocol.
 pub(super) const STREAM_OUT: &str = "OOM_BISECT_STREAM_OUT";
 
-/// Writes `stream` as JSON: `{"before": bytes, "events": [["alloc", id, size] | ["free", id], …]}`.
+/// Writes `stream` as JSON: `{"before": bytes, "events": [["alloc", id, size] | ["free", id] |
+/// ["workspace", id, size, plan, engine], …]}`.
 pub(super) fn write_stream(
     path: &std::path::Path,
     stream: &[pytorch_allocator::Event],
@@ -200,6 +201,12 @@ pub(super) fn write_stream(
         .map(|e| match *e {
             Event::Alloc { id, size } => serde_json::json!(["alloc", id, size]),
             Event::Free { id } => serde_json::json!(["free", id]),
+            Event::Workspace {
+                id,
+                size,
+                plan,
+                engine,
+            } => serde_json::json!(["workspace", id, size, plan, engine]),
         })
         .collect();
     let text = serde_json::json!({ "before": before, "events": events }).to_string();

@@ -175,6 +175,9 @@ pub enum LossResolution {
 #[serde(rename_all = "lowercase")]
 pub enum Precision {
     F32,
+    /// Everything in float64: what a model left in `.double()` (or a NumPy float64 array turned
+    /// into tensors) trains in, one of the thread's suspects.
+    F64,
     F16,
     Bf16,
     #[serde(rename = "mixed-f16")]
@@ -187,6 +190,7 @@ impl Precision {
     pub fn name(self) -> &'static str {
         match self {
             Precision::F32 => "f32",
+            Precision::F64 => "f64",
             Precision::F16 => "f16",
             Precision::Bf16 => "bf16",
             Precision::MixedF16 => "mixed-f16",
@@ -197,6 +201,7 @@ impl Precision {
     /// Bytes of a weight, its gradient and an optimizer state value.
     pub fn weight_bytes(self) -> u64 {
         match self {
+            Precision::F64 => 8,
             Precision::F16 | Precision::Bf16 => 2,
             _ => 4,
         }
@@ -205,6 +210,7 @@ impl Precision {
     /// Bytes of an activation.
     pub fn activation_bytes(self) -> u64 {
         match self {
+            Precision::F64 => 8,
             Precision::F32 => 4,
             _ => 2,
         }

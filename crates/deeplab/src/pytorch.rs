@@ -116,21 +116,28 @@ fn per_channel<B: Backend>(t: Tensor<B, 1>) -> Tensor<B, 4> {
     t.reshape([1, c, 1, 1])
 }
 
-/// Mean over batch and pixels, `[N, C, H, W]` to `[C]`, accumulated in f32 ([`STATS`]) whatever
+/// Mean over batch and pixels, `[N, C, H, W]` to `[C]`, accumulated in f32 (f64 for f64: [`accumulate_type`]) whatever
 /// `t`'s precision, as PyTorch's BatchNorm kernels accumulate: the mean over the batch (a few values)
 /// in `t`'s precision, then over the pixels in f32, from a copy N times smaller than `t` (PyTorch's
 /// kernels hold none). A mean of means over equal groups, so that no partial sum leaves the range of
 /// f16 (65504), as a sum over 64k pixels would.
 fn channel_mean<B: Backend>(t: Tensor<B, 4>) -> Tensor<B, 1> {
     let c = t.dims()[1];
-    as_dtype(t.mean_dim(0), STATS)
+    let acc = accumulate_type(t.dtype());
+    as_dtype(t.mean_dim(0), acc)
         .mean_dim(2)
         .mean_dim(3)
         .reshape([c])
 }
 
-/// The precision BatchNorm's statistics are accumulated and kept in.
-const STATS: burn::tensor::DType = burn::tensor::DType::F32;
+/// The precision BatchNorm's statistics are accumulated and kept in for an input of `dtype`:
+/// PyTorch's accumulate type, f32 for f32 and lower, f64 for f64.
+fn accumulate_type(dtype: burn::tensor::DType) -> burn::tensor::DType {
+    match dtype {
+        burn::tensor::DType::F64 => burn::tensor::DType::F64,
+        _ => burn::tensor::DType::F32,
+    }
+}
 
 /// What the forward pass of training BatchNorm computes.
 struct Norm<B: Backend> {
@@ -165,7 +172,10 @@ fn norm_forward<B: Backend>(
     epsilon: f64,
 ) -> Norm<B> {
     let low = x.dtype();
-    let (gamma, beta) = (as_dtype(gamma, STATS), as_dtype(beta, STATS));
+    let (gamma, beta) = (
+        as_dtype(gamma, accumulate_type(low)),
+        as_dtype(beta, accumulate_type(low)),
+    );
     let mean = channel_mean(x.clone());
     let var = channel_mean((x.clone() - per_channel(as_dtype(mean.clone(), low))).powi_scalar(2));
     let invstd = var.clone().add_scalar(epsilon).sqrt().recip();
@@ -191,10 +201,10 @@ fn norm_backward<B: Backend>(
     dy: Tensor<B, 4>,
 ) -> (Tensor<B, 4>, Tensor<B, 1>, Tensor<B, 1>) {
     let [mean, invstd, gamma] = stats;
-    // The per-channel sums in f32, as the statistics (see `norm_forward`); the elementwise terms
+    // The per-channel sums in f32 (f64 for f64), as the statistics (see `norm_forward`); the elementwise terms
     // in `x`'s precision; each gradient in its tensor's precision.
     let (low, weights) = (x.dtype(), gamma.dtype());
-    let gamma = as_dtype(gamma, STATS);
+    let gamma = as_dtype(gamma, accumulate_type(low));
     let [n, _, h, w] = x.dims();
     let count = (n * h * w) as f64;
     // Per-channel means of dy and dy·(x − μ): dβ and dγ divided by the pixel count.

@@ -159,6 +159,8 @@ const LAST: u8 = 8;
 /// The single changes a user of the thread would try, each measured on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FixKind {
+    /// float32 where the run is float64.
+    F32,
     MixedBf16,
     MixedF16,
     PureBf16,
@@ -175,7 +177,8 @@ pub enum FixKind {
 
 impl FixKind {
     /// In order of how little each changes the training (see [`FixKind::disruption`]).
-    pub const ALL: [FixKind; 11] = [
+    pub const ALL: [FixKind; 12] = [
+        FixKind::F32,
         FixKind::MixedBf16,
         FixKind::MixedF16,
         FixKind::PureBf16,
@@ -207,6 +210,7 @@ impl FixKind {
     /// What a user reads.
     pub fn label(self) -> &'static str {
         match self {
+            FixKind::F32 => "float32 instead of float64",
             FixKind::MixedBf16 => "mixed precision bf16",
             FixKind::MixedF16 => "mixed precision f16",
             FixKind::PureBf16 => "pure bf16",
@@ -237,7 +241,11 @@ impl FixKind {
     pub fn compiles_its_own(self) -> bool {
         matches!(
             self,
-            FixKind::MixedBf16 | FixKind::MixedF16 | FixKind::PureBf16 | FixKind::PureF16
+            FixKind::F32
+                | FixKind::MixedBf16
+                | FixKind::MixedF16
+                | FixKind::PureBf16
+                | FixKind::PureF16
         )
     }
 
@@ -250,8 +258,10 @@ impl FixKind {
     pub fn applies(self, c: &Config) -> bool {
         let swapped = |id: &str| c.model.identity.iter().any(|i| i == id);
         match self {
+            // From float64, float32 and the lower precisions are all fixes.
+            FixKind::F32 => c.train.precision == Precision::F64,
             FixKind::MixedBf16 | FixKind::MixedF16 | FixKind::PureBf16 | FixKind::PureF16 => {
-                c.train.precision == Precision::F32
+                matches!(c.train.precision, Precision::F32 | Precision::F64)
             }
             FixKind::Checkpointing => !c.train.checkpointing,
             FixKind::OutputStride16 => c.model.output_stride == 8,
@@ -272,6 +282,7 @@ impl FixKind {
             one("model.identity", &crate::toml_value::strings(&list))
         };
         match self {
+            FixKind::F32 => one("train.precision", "\"f32\""),
             FixKind::MixedBf16 => one("train.precision", "\"mixed-bf16\""),
             FixKind::MixedF16 => one("train.precision", "\"mixed-f16\""),
             FixKind::PureBf16 => one("train.precision", "\"bf16\""),
@@ -290,7 +301,11 @@ impl FixKind {
     /// and data as they are; the optimizer, resolution, loss and modules change what is learned.
     fn disruption(self) -> u8 {
         match self {
-            FixKind::MixedBf16 | FixKind::MixedF16 | FixKind::PureBf16 | FixKind::PureF16 => 0,
+            FixKind::F32
+            | FixKind::MixedBf16
+            | FixKind::MixedF16
+            | FixKind::PureBf16
+            | FixKind::PureF16 => 0,
             FixKind::Checkpointing => 1,
             FixKind::Sgd | FixKind::NoMomentum => 2,
             FixKind::OutputStride16 => 3,
@@ -307,5 +322,28 @@ pub fn disruption(f: &FixResult) -> u8 {
         (Some(k), _) => k.disruption(),
         (None, Some(a)) => a.disruption(),
         (None, None) => LAST,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// float64 is a suspect of its own: from it, float32 is the first fix, and the lower
+    /// precisions are fixes too; from float32, float32 is no change.
+    #[test]
+    fn float32_is_a_fix_of_a_float64_run_only() {
+        let mut c = Config::example();
+        c.train.precision = Precision::F64;
+        let fixes: Vec<FixKind> = FixKind::ALL.into_iter().filter(|f| f.applies(&c)).collect();
+        assert_eq!(fixes[0], FixKind::F32);
+        assert!(fixes.contains(&FixKind::MixedBf16) && fixes.contains(&FixKind::PureF16));
+        assert_eq!(
+            FixKind::F32.sets(&c),
+            vec![("train.precision".to_string(), "\"f32\"".to_string())]
+        );
+        c.train.precision = Precision::F32;
+        assert!(!FixKind::F32.applies(&c));
+        assert_eq!(Precision::F64.weight_bytes(), 8);
     }
 }

@@ -271,9 +271,10 @@ fn train<B: AutodiffBackend + deeplab::pytorch::PytorchOps>(
     meter: &mut Meter,
     req: &Request,
 ) -> Result<()> {
-    // Pure low precision: every float in it. Autocast keeps f32 as the default (the weights) and
-    // the model casts where PyTorch's autocast would.
+    // Pure low precision (or float64): every float in it. Autocast keeps f32 as the default (the
+    // weights) and the model casts where PyTorch's autocast would.
     let dtype = match config.train.precision {
+        Precision::F64 => Some(DType::F64),
         Precision::F16 => Some(DType::F16),
         Precision::Bf16 => Some(DType::BF16),
         Precision::F32 | Precision::MixedF16 | Precision::MixedBf16 => None,

@@ -6,7 +6,7 @@ use super::shared::{runner, say};
 use crate::cli::BisectArgs;
 use crate::exit_codes::{self as code, user};
 use crate::files::check_outputs;
-use crate::journal::Journal;
+use crate::journal::{Job, Journal};
 use crate::oracle::TrialOracle;
 use crate::output::{self, progress::Progress};
 use crate::settings::BisectSettings;
@@ -72,42 +72,9 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
     );
     let journal_seen = Arc::clone(&journal);
     let runner = runner(&st.device);
-    // A served worker with a spare starts its command ahead, for the original's ceiling.
-    let serve = (st.device.serve != oom_trial::Serves::No).then(|| {
-        (
-            crate::oracle::request(&w.config, &st.device, st.device.engine.clone(), None),
-            st.device.serve,
-        )
-    });
     progress.watch_compiling(runner.kernel_cache.as_deref());
     let _card_locks = crate::dispatch::CardLocks::of(&dispatch); // dropped after the pool
-    let streams = st.device.streams.as_ref();
-    // The GPU's workers: every trial's, or where the search runs on streams the certificates'.
-    let device_pool = (streams.is_none_or(|s| s.certify)).then(|| {
-        Pool::new(
-            dispatch.workers(&runner, serve.as_ref()),
-            progress.workers_view(&dispatch),
-            crate::journal::journal_on_finish(Arc::clone(&journal)),
-        )
-    });
-    let device_pool = device_pool.map(|p| match dispatch.guesses {
-        true => p,
-        false => p.without_guesses(),
-    });
-    // Stream-only trials take no device memory: one per core beside the GPU's own.
-    let stream_pool = streams.map(|_| {
-        let slots = crate::dispatch::stream_slots();
-        let stream_runner = oom_trial::ProcessRunner {
-            timeout: st.device.trial_timeout,
-            ..oom_trial::ProcessRunner::default()
-        };
-        Pool::new(
-            slots.workers(&stream_runner, None),
-            progress.workers_view(&slots),
-            crate::journal::journal_on_finish(Arc::clone(&journal)),
-        )
-        .without_guesses()
-    });
+    let (device_pool, stream_pool) = pools(&st, &dispatch, &runner, &progress, &journal);
     let pool = stream_pool
         .as_ref()
         .or(device_pool.as_ref())
@@ -169,6 +136,52 @@ pub fn run_bisect(args: &BisectArgs) -> Result<BisectRun> {
 }
 
 /// The progress display for `about` trials; built-in CPU trials are slow enough to be timed.
+/// The pools the trials run in: the GPU's workers (every trial's, or where the search runs on
+/// streams the certificates'), and the stream-only trials' (no device memory: one per core beside
+/// the GPU's own), each trial journaled as it ends.
+fn pools(
+    st: &BisectSettings,
+    dispatch: &crate::dispatch::Dispatch,
+    runner: &oom_trial::ProcessRunner,
+    progress: &Progress,
+    journal: &Arc<Mutex<Journal>>,
+) -> (Option<Pool<Job>>, Option<Pool<Job>>) {
+    let w = &st.workload;
+    // A served worker with a spare starts its command ahead, for the original's ceiling.
+    let serve = (st.device.serve != oom_trial::Serves::No).then(|| {
+        (
+            crate::oracle::request(&w.config, &st.device, st.device.engine.clone(), None),
+            st.device.serve,
+        )
+    });
+    let streams = st.device.streams.as_ref();
+    let device_pool = (streams.is_none_or(|s| s.certify)).then(|| {
+        let p = Pool::new(
+            dispatch.workers(runner, serve.as_ref()),
+            progress.workers_view(dispatch),
+            crate::journal::journal_on_finish(Arc::clone(journal)),
+        );
+        match dispatch.guesses {
+            true => p,
+            false => p.without_guesses(),
+        }
+    });
+    let stream_pool = streams.map(|_| {
+        let slots = crate::dispatch::stream_slots();
+        let stream_runner = oom_trial::ProcessRunner {
+            timeout: st.device.trial_timeout,
+            ..oom_trial::ProcessRunner::default()
+        };
+        Pool::new(
+            slots.workers(&stream_runner, None),
+            progress.workers_view(&slots),
+            crate::journal::journal_on_finish(Arc::clone(journal)),
+        )
+        .without_guesses()
+    });
+    (device_pool, stream_pool)
+}
+
 fn progress_for(
     st: &BisectSettings,
     dispatch: &crate::dispatch::Dispatch,

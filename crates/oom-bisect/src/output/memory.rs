@@ -32,6 +32,16 @@ pub fn whole(r: &TrialReport) -> Option<u64> {
 /// most what the measurement leaves; activations are the allocated peak (or the in-use peak) less
 /// those; what the caching allocator held beyond it is in segments that earlier requests split.
 /// `None` when the trial has nothing to split.
+/// What was in use at the peak, of `held` (the peak less the context): the replay's allocated
+/// bytes, else on CUDA the highest in-use reading; on the CPU, all of it.
+fn in_use_at_peak(r: &TrialReport, held: u64, cuda: bool) -> u64 {
+    match (&r.memory.allocator, cuda) {
+        (Some(a), _) => a.allocated_bytes.min(held),
+        (None, true) => r.memory.peak_in_use_bytes.unwrap_or(held).min(held),
+        (None, false) => held,
+    }
+}
+
 pub fn breakdown(r: &TrialReport, config: &Config) -> Option<Vec<Part>> {
     let peak = whole(r)?;
     let arch = Architecture::new(config).ok()?;
@@ -43,15 +53,7 @@ pub fn breakdown(r: &TrialReport, config: &Config) -> Option<Vec<Part>> {
         true => r.context_bytes().unwrap_or(0).min(peak),
         false => 0,
     };
-    let in_use = match (&r.memory.allocator, cuda) {
-        (Some(a), _) => a.allocated_bytes.min(peak - context),
-        (None, true) => r
-            .memory
-            .peak_in_use_bytes
-            .unwrap_or(peak)
-            .min(peak - context),
-        (None, false) => peak,
-    };
+    let in_use = in_use_at_peak(r, peak - context, cuda);
     let state = match config.train.phase {
         Phase::Step => res.optimizer_state,
         _ => 0,

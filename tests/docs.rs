@@ -116,32 +116,33 @@ fn slug(heading: &str) -> String {
         .collect()
 }
 
-/// The anchors a Markdown file's headings make (outside code blocks).
-fn anchors(text: &str) -> Vec<String> {
+/// The lines of a Markdown text outside its fenced code blocks.
+fn outside_code(text: &str) -> Vec<&str> {
     let mut fenced = false;
-    let mut out = vec![];
-    for line in text.lines() {
-        if line.starts_with("```") {
-            fenced = !fenced;
-        } else if !fenced && line.starts_with('#') {
-            out.push(slug(line.trim_start_matches('#')));
-        }
-    }
-    out
+    text.lines()
+        .filter(|line| {
+            if line.starts_with("```") {
+                fenced = !fenced;
+                return false;
+            }
+            !fenced
+        })
+        .collect()
+}
+
+/// The anchors a Markdown file's headings make.
+fn anchors(text: &str) -> Vec<String> {
+    outside_code(text)
+        .into_iter()
+        .filter(|l| l.starts_with('#'))
+        .map(|l| slug(l.trim_start_matches('#')))
+        .collect()
 }
 
 /// The targets of a Markdown file's inline links `[text](target)`, outside code.
 fn links(text: &str) -> Vec<String> {
-    let mut fenced = false;
     let mut out = vec![];
-    for line in text.lines() {
-        if line.starts_with("```") {
-            fenced = !fenced;
-            continue;
-        }
-        if fenced {
-            continue;
-        }
+    for line in outside_code(text) {
         let mut rest = line;
         while let Some(i) = rest.find("](") {
             rest = &rest[i + 2..];

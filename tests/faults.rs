@@ -8,6 +8,7 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -1096,6 +1097,21 @@ fn a_bad_trial_command_line_stops_git_bisect() {
     assert!(text(&o).contains("--jobs"), "{}", text(&o));
 }
 
+/// `inspect` of the quickstart with `from` written as `to`, a value forging an `error: all good`
+/// line: refused as a bad config (11), the forged line never printed as a line of its own.
+fn inspect_forged(d: &Path, from: &str, to: &str) -> Output {
+    let base = std::fs::read_to_string(root().join("configs/quickstart.toml")).unwrap();
+    let c = write(d, "forged.toml", &base.replace(from, to));
+    let o = run(&["inspect", "--config", c.to_str().unwrap()], d);
+    assert_eq!(code(&o), 11, "{}", text(&o));
+    assert!(
+        !text(&o).lines().any(|l| l.starts_with("error: all good")),
+        "{}",
+        text(&o)
+    );
+    o
+}
+
 /// What a config says is echoed on one line, its bidirectional marks escaped: a value cannot print a
 /// forged `error:` line of its own. A key of megabytes is refused at once, and a `--set` value with
 /// a newline is refused instead of losing what follows it.
@@ -1103,15 +1119,11 @@ fn a_bad_trial_command_line_stops_git_bisect() {
 fn echoes_stay_on_one_line_and_odd_keys_are_refused_fast() {
     let d = tmp("echoes");
     let base = std::fs::read_to_string(root().join("configs/quickstart.toml")).unwrap();
-    let forged = base.replace(
+    inspect_forged(
+        &d,
         "attention_heads = 4",
         "attention_heads = 4\nidentity = [\"aspp\\nerror: all good\", \"x\\u200ey\\u061cz\"]",
     );
-    let c = write(&d, "forged.toml", &forged);
-    let o = run(&["inspect", "--config", c.to_str().unwrap()], &d);
-    assert_eq!(code(&o), 11, "{}", text(&o));
-    let t = text(&o);
-    assert!(!t.lines().any(|l| l.starts_with("error: all good")), "{t}");
     let huge = base.replace(
         "attention_heads = 4",
         &format!("{} = 1", "k".repeat(4_000_000)),
@@ -1363,18 +1375,10 @@ fn a_launchers_task_count_is_checked() {
 #[test]
 fn odd_values_are_refused_by_name_and_an_empty_tmpdir_is_the_systems() {
     let d = tmp("odd-values");
-    let base = std::fs::read_to_string(root().join("configs/quickstart.toml")).unwrap();
-    let forged = base.replace(
+    inspect_forged(
+        &d,
         "backbone = \"resnet18\"",
         "backbone = \"resnet18\\nerror: all good\"",
-    );
-    let c = write(&d, "forged.toml", &forged);
-    let o = run(&["inspect", "--config", c.to_str().unwrap()], &d);
-    assert_eq!(code(&o), 11, "{}", text(&o));
-    assert!(
-        !text(&o).lines().any(|l| l.starts_with("error: all good")),
-        "{}",
-        text(&o)
     );
     let q = root().join("configs/quickstart.toml");
     let o = run(

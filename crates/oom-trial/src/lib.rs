@@ -41,7 +41,7 @@ pub use runner::{
 pub use served::{ServedRunner, Serves};
 pub use switches::Switches;
 pub use trial_report::{
-    ChildExit, Evidence, OomInfo, StageMemory, StepRecord, TrialOutcome, TrialReport,
+    ChildExit, Evidence, OomInfo, StageMemory, StepRecord, TrialOutcome, TrialReport, LEAK_BYTES,
 };
 pub use turns::CARD_LOCK_ENV;
 

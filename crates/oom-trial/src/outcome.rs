@@ -155,11 +155,19 @@ fn summarise(r: &mut TrialReport) {
     if let Some(last) = m.steps.last() {
         m.base_bytes = Some(last.in_use_after_bytes);
     }
-    if m.steps.len() >= 3 {
-        let second = m.steps[1].in_use_after_bytes as i64;
-        let last = m.steps[m.steps.len() - 1].in_use_after_bytes as i64;
-        m.leak_bytes_per_step = Some((last - second) / (m.steps.len() as i64 - 2));
-    }
+    // Growth across steps. The first step may make what every later one holds (the optimizer
+    // state, where it was not made before it), so with three steps or more it is read from the
+    // second on; a run of two steps (the `pytorch` memory model's) made its state first.
+    let from = match m.steps.len() {
+        0 | 1 => return,
+        2 => &m.steps[..],
+        _ => &m.steps[1..],
+    };
+    let (first, last) = (
+        from[0].in_use_after_bytes as i64,
+        from[from.len() - 1].in_use_after_bytes as i64,
+    );
+    m.leak_bytes_per_step = Some((last - first) / (from.len() as i64 - 1));
 }
 
 /// What the trial child says about itself on stderr (`oom-bisect __trial: could not reserve

@@ -229,12 +229,18 @@ pub struct Memory {
     pub params: Option<usize>,
     pub stages: Vec<StageMemory>,
     pub steps: Vec<StepRecord>,
-    /// Growth of in-use memory from the second step to the last; a possible leak when positive.
+    /// Growth of in-use memory a step, from the second step to the last (from the first in a run
+    /// of two); a leak from [`LEAK_BYTES`] up. `None` with fewer than two steps.
     pub leak_bytes_per_step: Option<i64>,
     /// A built-in trial that ran to its end: its stream replayed through PyTorch's allocator.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocator: Option<Replayed>,
 }
+
+/// Growth a step from which a report calls it a leak: a leak keeps a step's tensors (a loss kept
+/// with its graph, a list of outputs), megabytes a step; less is the runtime's own bookkeeping
+/// (the CPU backend's caches).
+pub const LEAK_BYTES: i64 = 1 << 20;
 
 /// How long a trial took: in all, and from its child's start until the device was ready under its
 /// ceiling (process start, CUDA context, ballast) and until the model, optimizer and batch existed.

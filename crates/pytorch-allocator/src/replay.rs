@@ -35,6 +35,11 @@ pub enum Event {
 }
 
 impl Event {
+    /// Whether it is one of the engines of workspace request `id`.
+    fn workspace_of(&self, id: u64) -> bool {
+        matches!(*self, Event::Workspace { id: i, .. } if i == id)
+    }
+
     /// The bytes the event asks for (0 for a release).
     pub fn size(&self) -> u64 {
         match *self {
@@ -72,37 +77,48 @@ pub fn replay_with<'a>(
     cap: Option<u64>,
     conf: AllocConf,
 ) -> Replay {
-    let events: Vec<&Event> = events.into_iter().collect();
     let mut r = Replayer {
         a: Allocator::configured(cap, conf),
         live: BTreeMap::new(),
         plans: BTreeMap::new(),
         held_at_peak: 0,
     };
-    let mut index = 0;
-    while index < events.len() {
-        let step = match *events[index] {
-            Event::Alloc { id, size } => r.alloc(id, size).map(|()| 1),
+    let mut events = events.into_iter().enumerate().peekable();
+    while let Some((index, event)) = events.next() {
+        let served = match *event {
+            Event::Alloc { id, size } => r.alloc(id, size).map_err(|oom| (index, oom)),
             Event::Free { id } => {
                 if let Some(block) = r.live.remove(&id) {
                     r.a.free(block);
                 }
-                Ok(1)
+                Ok(())
             }
-            Event::Workspace { id, .. } => {
-                let group = workspace_group(&events[index..], id);
-                r.workspace(id, &group).map(|()| group.len())
+            Event::Workspace {
+                id,
+                size,
+                plan,
+                engine,
+            } => {
+                // The engines of this request: the `Workspace` events of `id` that follow.
+                let mut group = Vec::from([(plan, engine, size)]);
+                while let Some((_, e)) = events.next_if(|(_, e)| e.workspace_of(id)) {
+                    if let Event::Workspace {
+                        size, plan, engine, ..
+                    } = *e
+                    {
+                        group.push((plan, engine, size));
+                    }
+                }
+                r.workspace(id, &group)
+                    .map_err(|(at, oom)| (index + at, oom))
             }
         };
-        match step {
-            Ok(n) => index += n,
-            Err((within, oom)) => {
-                return Replay {
-                    stats: r.a.stats(),
-                    oom: Some((index + within, oom)),
-                    held_at_peak: r.held_at_peak,
-                }
-            }
+        if let Err(oom) = served {
+            return Replay {
+                stats: r.a.stats(),
+                oom: Some(oom),
+                held_at_peak: r.held_at_peak,
+            };
         }
     }
     Replay {
@@ -110,23 +126,6 @@ pub fn replay_with<'a>(
         oom: None,
         held_at_peak: r.held_at_peak,
     }
-}
-
-/// The engines of one workspace request: the consecutive `Workspace` events of `id` at the start
-/// of `events`, as `(plan, engine, size)`.
-fn workspace_group(events: &[&Event], id: u64) -> Vec<(u64, u32, u64)> {
-    events
-        .iter()
-        .map_while(|e| match **e {
-            Event::Workspace {
-                id: i,
-                size,
-                plan,
-                engine,
-            } if i == id => Some((plan, engine, size)),
-            _ => None,
-        })
-        .collect()
 }
 
 /// The state of one replay: the allocator, the live buffers, and the engine each convolution plan
@@ -139,13 +138,10 @@ struct Replayer {
 }
 
 impl Replayer {
-    /// One request; an out-of-memory as its place in the request (0) and the failure.
-    fn alloc(&mut self, id: u64, size: u64) -> Result<(), (usize, OutOfMemory)> {
+    /// One request.
+    fn alloc(&mut self, id: u64, size: u64) -> Result<(), OutOfMemory> {
         let before = self.a.stats().peak_reserved;
-        let block = self
-            .a
-            .malloc(size, &mut Unbounded)
-            .map_err(|oom| (0, oom))?;
+        let block = self.a.malloc(size, &mut Unbounded)?;
         self.live.insert(id, block.id);
         if self.a.stats().peak_reserved > before {
             self.held_at_peak = self.a.held_in_split_segments();
@@ -153,9 +149,10 @@ impl Replayer {
         Ok(())
     }
 
-    /// A workspace request (see [`Event::Workspace`]) for buffer `id`: the engine kept for its
-    /// plan first, then each engine in order; where none can be served, the out-of-memory of the
-    /// last one tried, at its place in the group.
+    /// A workspace request (see [`Event::Workspace`]) for buffer `id`, its engines as
+    /// `(plan, engine, size)`: the engine kept for its plan first, then each engine in order;
+    /// where none can be served, the out-of-memory of the last one tried, at its place in the
+    /// group.
     fn workspace(
         &mut self,
         id: u64,
@@ -179,14 +176,14 @@ impl Replayer {
                     self.plans.insert(plan, engine);
                     return Ok(());
                 }
-                Err((_, oom)) => last = Some((at, oom)),
+                Err(oom) => last = Some((at, oom)),
             }
         }
         Err(last.expect("a workspace group has an engine"))
     }
 
     /// A workspace of `size` for `id`; an engine without a workspace takes nothing.
-    fn take(&mut self, id: u64, size: u64) -> Result<(), (usize, OutOfMemory)> {
+    fn take(&mut self, id: u64, size: u64) -> Result<(), OutOfMemory> {
         match size {
             0 => Ok(()),
             size => self.alloc(id, size),

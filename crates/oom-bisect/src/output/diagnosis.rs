@@ -396,7 +396,7 @@ fn suspects(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
     if !ruled_out.is_empty() {
         out.push(format!("Ruled out: {}.", ruled_out.join("; ")));
     }
-    out.extend(cx.whole_run().and_then(|(r, _)| leak_text(&r.memory.steps)));
+    out.extend(cx.whole_run().and_then(|(r, _)| leak_text(r)));
     let absent = not_configured(cx.config);
     if !absent.is_empty() {
         out.push(format!(
@@ -407,41 +407,30 @@ fn suspects(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
     out
 }
 
-/// The thread's "a leak across steps?", from the steps of the original's whole run: what is in use
-/// after each step. The first step may make what every later one holds (the optimizer state, where
-/// it is not made before it), so with three steps or more growth is read from the second on; a
-/// run of two steps (the `pytorch` memory model's) made its state before the first.
-fn leak_text(steps: &[oom_trial::StepRecord]) -> Option<String> {
-    let after = |s: &oom_trial::StepRecord| s.in_use_after_bytes as i64;
-    if steps.len() < 2 {
-        return Some("Leaks across steps: not measured (one step ran).".into());
-    }
-    let from = if steps.len() >= 3 { &steps[1..] } else { steps };
-    let (first, last) = (from.first()?, from.last()?);
-    let grown = after(last) - after(first);
-    let per_step = grown / (from.len() as i64 - 1);
-    // A leak keeps a step's tensors (a loss kept with its graph, a list of outputs): megabytes a
-    // step. Less than 1 MiB is the runtime's own bookkeeping (the CPU backend's caches).
-    let steady = per_step < (1 << 20);
-    Some(if steady {
-        format!(
-            "Leaks across steps: not a leak; what is in use after each step holds steady ({} \
-             after step {}, {} after step {}).",
-            fmt_bytes(after(first) as u64),
-            first.step + 1,
-            fmt_bytes(after(last) as u64),
-            last.step + 1
-        )
-    } else {
-        format!(
-            "Leaks across steps: what is in use grows by {} a step ({} after step {}, {} after \
-             step {}).",
-            fmt_bytes(per_step as u64),
-            fmt_bytes(after(first) as u64),
-            first.step + 1,
-            fmt_bytes(after(last) as u64),
-            last.step + 1
-        )
+/// The thread's "a leak across steps?", from the steps of the original's whole run (the growth
+/// its record gives, [`oom_trial::LEAK_BYTES`] its threshold).
+fn leak_text(r: &oom_trial::TrialReport) -> Option<String> {
+    let steps = &r.memory.steps;
+    let Some(per_step) = r.memory.leak_bytes_per_step else {
+        return (steps.len() == 1)
+            .then(|| "Leaks across steps: not measured (one step ran).".into());
+    };
+    let (first, last) = (steps.first()?, steps.last()?);
+    let readings = format!(
+        "{} after step {}, {} after step {}",
+        fmt_bytes(first.in_use_after_bytes),
+        first.step + 1,
+        fmt_bytes(last.in_use_after_bytes),
+        last.step + 1
+    );
+    Some(match per_step < oom_trial::LEAK_BYTES {
+        true => format!(
+            "Leaks across steps: not a leak; what is in use after each step holds steady ({readings})."
+        ),
+        false => format!(
+            "Leaks across steps: what is in use grows by {} a step ({readings}).",
+            fmt_bytes(per_step as u64)
+        ),
     })
 }
 

@@ -204,12 +204,7 @@ impl Progress {
             } => {
                 self.started = Some(Instant::now());
                 if let Some(b) = &self.bar {
-                    let confirm = matches!(purpose, oom_search::Purpose::Confirm { .. });
-                    let again = if *attempt > 0 && !confirm {
-                        " (again)"
-                    } else {
-                        ""
-                    };
+                    let again = again(purpose, *attempt, " (again)");
                     let purpose = purpose_text(purpose, self.verbose);
                     b.set_message(super::printable(
                         &format!("{purpose}: {candidate}{again}"),
@@ -245,13 +240,7 @@ impl Progress {
                 }
                 let outcome = format!("{:<4}", super::outcome_word(measurement.outcome));
                 let peak = progress_figure(measurement);
-                // A confirmation says what it is; any other re-run says that it is one.
-                let confirm = matches!(purpose, oom_search::Purpose::Confirm { .. });
-                let again = if *attempt > 0 && !confirm {
-                    " (re-run)"
-                } else {
-                    ""
-                };
+                let again = again(purpose, *attempt, " (re-run)");
                 let note = if measurement.outcome == Outcome::Inconclusive {
                     format!("  [{}]", measurement.note)
                 } else {
@@ -284,6 +273,16 @@ use oom_trial::sync::lock;
 
 /// Why a trial runs, in words: `batch` for a probe of the batch axis; with `--verbose`, the interval
 /// the search is narrowing (`batch in (1, 4]`).
+/// `mark` for a re-run: a confirmation says what it is in its purpose; any other re-run says that
+/// it is one.
+fn again(purpose: &oom_search::Purpose, attempt: u32, mark: &'static str) -> &'static str {
+    let confirm = matches!(purpose, oom_search::Purpose::Confirm { .. });
+    match attempt > 0 && !confirm {
+        true => mark,
+        false => "",
+    }
+}
+
 /// A trial's one figure, as the report shows it ([`super::Figure`]): its need wherever its stream
 /// was replayed; else a fit's peak, or what an out-of-memory tried to hold (never the lower peak
 /// before it failed).

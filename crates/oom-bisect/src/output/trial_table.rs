@@ -89,7 +89,7 @@ fn steps(r: &TrialReport) -> String {
             fmt_bytes(st.in_use_after_bytes),
         );
     }
-    if let Some(l) = r.memory.leak_bytes_per_step.filter(|l| *l > 0) {
+    if let Some(l) = (r.memory.leak_bytes_per_step).filter(|l| *l >= oom_trial::LEAK_BYTES) {
         s += &format!(
             "possible leak: in-use memory grows by {} per step after the first\n",
             fmt_bytes(l as u64)

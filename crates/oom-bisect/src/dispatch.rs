@@ -162,14 +162,22 @@ impl Dispatch {
 /// them, so they run beside the GPU's own trials whatever `--jobs`: one per two cores (a trial
 /// keeps about two busy, its own thread and burn's device threads handing work to each other; on
 /// an H100's 16 cores eight at once took 3.0 s against 1.5 s alone), at least two.
+///
+/// They see the first GPU, if any, for one thing: the convolution workspaces cuDNN's heuristics
+/// give on it (`oom_trial::cudnn`), asked by the first trial that meets a convolution and kept in
+/// the kernel cache for the others.
 pub fn stream_slots() -> Dispatch {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let gpu = visible_gpus()
+        .ok()
+        .and_then(|g| g.into_iter().next())
+        .unwrap_or_default();
     Dispatch {
         slots: (0..(cores / 2).max(2))
             .map(|i| {
                 slot(
                     format!("stream:{i}"),
-                    vec![("CUDA_VISIBLE_DEVICES".into(), String::new())],
+                    vec![("CUDA_VISIBLE_DEVICES".into(), gpu.clone())],
                 )
             })
             .collect(),

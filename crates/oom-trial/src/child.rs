@@ -160,6 +160,7 @@ fn run_cuda(config: &Config, req: &Request) -> Result<()> {
         total_bytes: ceiling.total_bytes,
         seconds: since_start(),
     });
+    ask_cudnn(config);
     let device = burn_cuda::CudaDevice::default();
     let mut meter = Meter::Cuda {
         ceiling,
@@ -168,6 +169,15 @@ fn run_cuda(config: &Config, req: &Request) -> Result<()> {
         replay: config.device.memory_model() == deeplab::MemoryModel::Pytorch,
     };
     train_on_cuda(config, &device, &mut meter, req)
+}
+
+/// Under the `pytorch` memory model, each convolution's stream gains the workspace requests
+/// PyTorch's cuDNN path makes there, asked of this machine's cuDNN (`crate::cudnn`).
+#[cfg(feature = "cuda")]
+fn ask_cudnn(config: &Config) {
+    if config.device.memory_model() == deeplab::MemoryModel::Pytorch {
+        cubecl_runtime::memory_management::oom_bisect::set_workspaces(crate::cudnn::workspaces);
+    }
 }
 
 /// The training on burn-cuda, fused or not, with burn's checkpointing strategy or without.
@@ -212,6 +222,7 @@ fn run_stream(config: &Config, req: &Request, card: &crate::card::CardProps) -> 
         total_bytes: card.total_bytes,
         seconds: since_start(),
     });
+    ask_cudnn(config);
     let device = burn_cuda::CudaDevice::default();
     let mut meter = Meter::Stream {
         device: device.clone(),

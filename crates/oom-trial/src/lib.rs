@@ -11,6 +11,8 @@ pub mod child;
 pub mod classify;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+#[cfg(feature = "cuda")]
+pub mod cudnn;
 pub mod emit;
 pub mod estimated;
 pub mod exec;

@@ -409,6 +409,10 @@ pub struct Replayed {
     /// them): every figure above is under them.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub expandable_segments: bool,
+    /// Convolution workspace requests in the stream (PyTorch's cuDNN path, asked of this
+    /// machine's cuDNN: `crate::cudnn`); 0 where none was asked (no cuDNN, the CPU, `--exec`).
+    #[serde(default)]
+    pub workspaces: u64,
 }
 
 fn one() -> u32 {

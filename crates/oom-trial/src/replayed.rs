@@ -21,6 +21,7 @@ pub fn replayed(
         expandable_segments: true,
     };
     let at_ceiling = replay_with(stream, Some(ceiling.saturating_sub(before)), conf);
+    let workspaces = workspace_requests(stream);
     Replayed {
         events: stream.len(),
         need_bytes: before + need.cap,
@@ -34,12 +35,31 @@ pub fn replayed(
             allocated_bytes: oom.stats.allocated,
         }),
         retries_at_ceiling: at_ceiling.stats.retries,
-        device_held_ceiling,
+        // The device does not take the workspaces the stream asks for (only the replay tries
+        // them), so where there are some, the replay's verdict is the trial's.
+        device_held_ceiling: device_held_ceiling && workspaces == 0,
+        workspaces,
         streams,
         source: None,
         expandable_need_bytes: Some(before + smallest_cap_with(stream, expandable).cap),
         expandable_segments: conf.expandable_segments,
     }
+}
+
+/// How many convolution workspace requests `stream` makes (one per request, whatever the number
+/// of engines it offers).
+fn workspace_requests(stream: &[Event]) -> u64 {
+    let mut last = None;
+    let mut n = 0;
+    for e in stream {
+        if let Event::Workspace { id, .. } = *e {
+            n += u64::from(last != Some(id));
+            last = Some(id);
+        } else {
+            last = None;
+        }
+    }
+    n
 }
 
 #[cfg(test)]
@@ -98,5 +118,31 @@ mod tests {
             .fails_at,
             None
         );
+    }
+
+    /// Two convolutions' workspace requests (one of two engines, one of one) are counted once
+    /// each, and a stream that holds any is judged by its replay: the device did not take them.
+    #[test]
+    fn workspace_requests_are_counted_and_leave_the_verdict_to_the_replay() {
+        let ws = |id, size, engine| Event::Workspace {
+            id,
+            size,
+            plan: 7,
+            engine,
+        };
+        let stream = [
+            Event::Alloc { id: 1, size: MIB },
+            ws(2, 64 * MIB, 0),
+            ws(2, 0, 1),
+            Event::Free { id: 2 },
+            ws(3, 8 * MIB, 0),
+            Event::Free { id: 3 },
+        ];
+        let r = replayed(&stream, 0, 100 * MIB, true, 1, AllocConf::default());
+        assert_eq!(r.workspaces, 2);
+        assert!(!r.device_held_ceiling);
+        let plain = replayed(&stream[..1], 0, 100 * MIB, true, 1, AllocConf::default());
+        assert_eq!(plain.workspaces, 0);
+        assert!(plain.device_held_ceiling);
     }
 }

@@ -115,7 +115,7 @@ pub(super) fn report_run(run: &BisectRun) -> Result<i32> {
         served: run.reports.values().any(|r| r.served()),
         verbose: st.verbose,
         ceiling: run.ceiling,
-        notes: notes(st, d),
+        notes: notes(st, d, &run.reports),
         streams: st.device.streams.as_ref().map(|s| s.card.label()),
         certify: st.device.streams.as_ref().is_some_and(|s| s.certify),
         certified: &run.certified,
@@ -172,32 +172,58 @@ fn refusals(base: &deeplab::Config, d: &oom_search::Diagnosis) -> Vec<String> {
 /// What the report notes under its header: configurations it offers that PyTorch refuses (not
 /// under --exec, whose trials are PyTorch's own: what fits there, PyTorch trained), what a
 /// built-in trial's need leaves out of PyTorch's, and bf16 fixes on a card without bf16.
-fn notes(st: &BisectSettings, d: &oom_search::Diagnosis) -> Vec<String> {
+fn notes(
+    st: &BisectSettings,
+    d: &oom_search::Diagnosis,
+    reports: &std::collections::HashMap<(oom_search::Candidate, u32), oom_trial::TrialReport>,
+) -> Vec<String> {
     let mut notes = match st.device.engine {
         oom_trial::Engine::Exec { .. } => vec![],
         _ => refusals(&st.workload.config, d),
     };
-    notes.extend(without_workspaces(st));
+    notes.extend(workspaces(st, reports));
     notes.extend(without_bf16(st.device.card, &d.fixes));
     notes
 }
 
-/// A built-in trial's stream holds no cuDNN convolution workspaces (docs/fidelity.md, "The
-/// model's stream"): where it stands for PyTorch's, the report says that PyTorch may need more,
-/// and by how much it did where it was measured.
-fn without_workspaces(st: &BisectSettings) -> Option<String> {
+/// Whether a built-in trial's needs hold cuDNN's convolution workspaces (docs/fidelity.md,
+/// "Convolution workspaces"): asked of this machine's cuDNN where one was found, said so, with the
+/// card it answered for; else that PyTorch may need more, and by how much it did where measured.
+fn workspaces(
+    st: &BisectSettings,
+    reports: &std::collections::HashMap<(oom_search::Candidate, u32), oom_trial::TrialReport>,
+) -> Option<String> {
     let built_in = matches!(
         st.device.engine,
         oom_trial::Engine::Train | oom_trial::Engine::Stream { .. }
     );
     let pytorch = st.workload.config.device.memory_model() == deeplab::MemoryModel::Pytorch;
-    (built_in && pytorch).then(|| {
-        "the needs are without cuDNN's convolution workspaces, which PyTorch asks for on a GPU: \
-         PyTorch may need more (on an H100 at R50 OS16 512² under 24 GiB, PyTorch's largest batch \
-         is 32 and the built-in trial's 34; docs/fidelity.md). For PyTorch's own answer, give it \
-         as the trial (--exec)"
-            .to_string()
-    })
+    if !(built_in && pytorch) {
+        return None;
+    }
+    let asked = reports.values().any(|r| {
+        r.memory
+            .allocator
+            .as_ref()
+            .is_some_and(|a| a.workspaces > 0)
+    });
+    if asked {
+        return Some(
+            "the needs hold the convolution workspaces PyTorch asks for (cuDNN's engines in \
+             PyTorch's order, asked of this machine's cuDNN for its own GPU)"
+                .to_string(),
+        );
+    }
+    let why = match st.device.backend {
+        oom_trial::BackendKind::Cuda => "no cuDNN was found here; OOM_BISECT_CUDNN names one",
+        oom_trial::BackendKind::Cpu => "a CUDA trial asks this machine's cuDNN for them",
+    };
+    Some(format!(
+        "the needs are without cuDNN's convolution workspaces, which PyTorch asks for on a GPU \
+         ({why}): PyTorch may need more (on an H100 at R50 OS16 512² under 24 GiB, the built-in \
+         trial without them allows batch 34, PyTorch 32; docs/fidelity.md). For PyTorch's own \
+         answer, give it as the trial (--exec)"
+    ))
 }
 
 /// The bf16 fixes that fit, where the ceiling is a card without bf16 arithmetic: they hold what

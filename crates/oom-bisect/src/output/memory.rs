@@ -161,7 +161,7 @@ pub fn need_text(need: &TrialReport, ceiling: u64) -> String {
         };
         let held = a.need_bytes.saturating_sub(context + a.allocated_bytes);
         return format!(
-            "needs {} ({} allocated + {} held in split segments{}, {} at that ceiling), has {} ({:+.1}%)",
+            "needs {} ({} allocated + {} held in split segments{}, {} at that ceiling{}), has {} ({:+.1}%)",
             fmt_bytes(a.need_bytes),
             fmt_bytes(a.allocated_bytes),
             fmt_bytes(held),
@@ -172,6 +172,10 @@ pub fn need_text(need: &TrialReport, ceiling: u64) -> String {
             // At the need; under a lower ceiling the allocator may release its cache and retry
             // before it fails (the out-of-memory's own line says how often).
             retries(a.retries),
+            match a.workspaces {
+                0 => String::new(),
+                n => format!("; {n} cuDNN convolution workspaces asked"),
+            },
             fmt_bytes(ceiling),
             100.0 * (a.need_bytes as f64 / ceiling.max(1) as f64 - 1.0)
         );

@@ -145,6 +145,10 @@ impl Meter {
         if let Some(path) = std::env::var_os(STREAM_OUT) {
             write_stream(std::path::Path::new(&path), &stream, before)?;
         }
+        #[cfg(feature = "cuda")]
+        if let Some(path) = std::env::var_os(CUDNN_OUT) {
+            write_cudnn_answers(std::path::Path::new(&path))?;
+        }
         Ok(crate::replayed::replayed(
             &stream,
             before,
@@ -223,12 +227,50 @@ pub(super) fn write_stream(
         .map_err(|e| anyhow!("{STREAM_OUT}: cannot write {}: {e}", path.display()))
 }
 
+/// Names a file to write each convolution cuDNN was asked about, with the workspace of each
+/// engine in PyTorch's order (docs/fidelity.md): a diagnostic, not part of the protocol.
+#[cfg(feature = "cuda")]
+pub(super) const CUDNN_OUT: &str = "OOM_BISECT_CUDNN_OUT";
+
+/// Writes what `crate::cudnn` was asked, one JSON object per convolution.
+#[cfg(feature = "cuda")]
+fn write_cudnn_answers(path: &std::path::Path) -> Result<()> {
+    let lines: Vec<serde_json::Value> = crate::cudnn::asked()
+        .into_iter()
+        .map(|(c, sizes)| {
+            let pass = ["forward", "data", "weight"][usize::from(c.pass.min(2))];
+            serde_json::json!({
+                "pass": pass,
+                "x": c.x, "w": c.w, "y": c.y, "stride": c.stride, "padding": c.padding,
+                "dilation": c.dilation, "groups": c.groups, "dtype_bytes": c.dtype_bytes,
+                "workspaces": sizes,
+            })
+        })
+        .collect();
+    let text = serde_json::json!({
+        "cudnn": crate::cudnn::available().unwrap_or_else(|e| e),
+        "convolutions": lines,
+    })
+    .to_string();
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .map_err(|e| anyhow!("{CUDNN_OUT}: cannot write {}: {e}", path.display()))
+}
+
 /// A stream a trial wrote under `OOM_BISECT_STREAM_OUT`: the bytes held before it, and its events.
 pub fn read_stream(path: &std::path::Path) -> Result<(u64, Vec<pytorch_allocator::Event>)> {
     use pytorch_allocator::Event;
     #[derive(serde::Deserialize)]
     #[serde(untagged)]
     enum Line {
+        Workspace(String, u64, u64, u64, u32),
         Alloc(String, u64, u64),
         Free(String, u64),
     }
@@ -244,8 +286,14 @@ pub fn read_stream(path: &std::path::Path) -> Result<(u64, Vec<pytorch_allocator
     let events = file.events.into_iter().map(|l| match l {
         Line::Alloc(a, id, size) if a == "alloc" => Ok(Event::Alloc { id, size }),
         Line::Free(a, id) if a == "free" => Ok(Event::Free { id }),
+        Line::Workspace(a, id, size, plan, engine) if a == "workspace" => Ok(Event::Workspace {
+            id,
+            size,
+            plan,
+            engine,
+        }),
         _ => Err(anyhow!(
-            "{}: an event is neither alloc nor free",
+            "{}: an event is neither alloc, free nor workspace",
             path.display()
         )),
     });
@@ -265,6 +313,13 @@ mod tests {
             Event::Alloc { id: 7, size: 512 },
             Event::Alloc { id: 8, size: 2048 },
             Event::Free { id: 7 },
+            Event::Workspace {
+                id: 9,
+                size: 4096,
+                plan: 3,
+                engine: 0,
+            },
+            Event::Free { id: 9 },
         ];
         let _ = std::fs::remove_file(&path);
         write_stream(&path, &stream, 100).unwrap();
@@ -275,7 +330,8 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(
             v,
-            serde_json::json!({"before": 100, "events": [["alloc", 7, 512], ["alloc", 8, 2048], ["free", 7]]})
+            serde_json::json!({"before": 100, "events": [["alloc", 7, 512], ["alloc", 8, 2048], ["free", 7],
+                ["workspace", 9, 4096, 3, 0], ["free", 9]]})
         );
     }
 }

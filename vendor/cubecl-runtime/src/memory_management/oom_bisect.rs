@@ -165,6 +165,82 @@ pub fn stream_len() -> usize {
     noted(|n| n.events.len())
 }
 
+/// A convolution as cuDNN is asked about it (NCHW shapes, as PyTorch lays them out): `pass` 0 is
+/// the forward pass (`x` in, `y` out), 1 the data gradient (`x` is dx), 2 the weight gradient
+/// (`w` is dw); `dtype_bytes` 2 means f16 when `bf16` is false.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Conv {
+    /// 0 forward, 1 data gradient, 2 weight gradient.
+    pub pass: u8,
+    /// The input (its gradient in pass 1), `[N, C, H, W]`.
+    pub x: [usize; 4],
+    /// The weight (its gradient in pass 2), `[K, C / groups, R, S]`.
+    pub w: [usize; 4],
+    /// The output (its gradient in passes 1 and 2), `[N, K, P, Q]`.
+    pub y: [usize; 4],
+    /// Stride of the filter.
+    pub stride: [usize; 2],
+    /// Padding on each side.
+    pub padding: [usize; 2],
+    /// Dilation of the filter.
+    pub dilation: [usize; 2],
+    /// Groups.
+    pub groups: usize,
+    /// Bytes per element: 8, 4 or 2.
+    pub dtype_bytes: u8,
+    /// With 2 bytes: bfloat16 (else float16).
+    pub bf16: bool,
+}
+
+/// What the trial answers for a convolution: the workspace of each engine PyTorch would try, in
+/// its order (empty: none known).
+pub type Workspaces = fn(&Conv) -> Vec<u64>;
+
+#[cfg(feature = "std")]
+static WORKSPACES: std::sync::OnceLock<Workspaces> = std::sync::OnceLock::new();
+
+/// Installs the trial's answer for convolution workspaces (once per process).
+#[cfg(feature = "std")]
+pub fn set_workspaces(f: Workspaces) {
+    let _ = WORKSPACES.set(f);
+}
+
+/// The workspace request the next device request is (see [`conv_workspace`]): its plan and the
+/// workspace of each engine.
+#[cfg(feature = "std")]
+static PENDING: std::sync::Mutex<Option<(u64, Vec<u64>)>> = std::sync::Mutex::new(None);
+
+/// Called by the vendored burn-cubecl once a convolution's output exists, where PyTorch's cuDNN
+/// path asks its caching allocator for the workspace. Returns the bytes the caller must then ask
+/// the device for (and release at once): that request is the workspace request, which the pool
+/// notes (every engine's workspace in order, one id) and serves as PyTorch does, engine after
+/// engine ([`TorchPool`]), so that it takes its place among the program's requests and releases
+/// as every other request does, on a GPU as on a virtual card. `None`: nothing to ask (no answer
+/// installed, or no engine known).
+#[cfg(feature = "std")]
+pub fn conv_workspace(conv: &Conv) -> Option<u64> {
+    let answer = WORKSPACES.get()?;
+    let sizes = answer(conv);
+    let first = *sizes.first()?;
+    // The plan is the convolution itself: cuDNN's engine list is a function of it.
+    let plan = {
+        use core::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        conv.hash(&mut h);
+        h.finish()
+    };
+    *PENDING.lock().unwrap_or_else(|e| e.into_inner()) = Some((plan, sizes));
+    Some(first.max(1))
+}
+
+/// The workspace request the caller of [`conv_workspace`] is making now, if it is one.
+fn pending_workspace() -> Option<(u64, Vec<u64>)> {
+    #[cfg(feature = "std")]
+    return PENDING.lock().unwrap_or_else(|e| e.into_inner()).take();
+    #[cfg(not(feature = "std"))]
+    None
+}
+
 /// PyTorch's caching allocator as a cubecl pool: a segment is a page of the storage, a block a
 /// slice of it. A slice's location is (segment, block). A block whose handles are all dropped is
 /// freed when the pool is next asked for memory, before the request: the allocator sees the same
@@ -181,6 +257,8 @@ pub(super) struct TorchPool {
     /// Bytes asked for by the blocks handed out (each block may be larger).
     in_use: u64,
     asked: bool,
+    /// The engine each convolution plan's workspace was last served for (PyTorch's plan cache).
+    plans: alloc::collections::BTreeMap<u64, u32>,
 }
 
 /// The device under the allocator: the storage, where each segment is one page.
@@ -224,6 +302,7 @@ impl TorchPool {
             location: MemoryLocation::new(pool_pos, 0, 0),
             in_use: 0,
             asked: false,
+            plans: alloc::collections::BTreeMap::new(),
         }
     }
 
@@ -247,35 +326,98 @@ impl TorchPool {
         }
     }
 
-    /// `malloc` on `storage`: a block of `size` bytes as PyTorch's allocator places it.
+    /// `malloc` on `storage`: a block of `size` bytes as PyTorch's allocator places it, or, for a
+    /// convolution's workspace request ([`conv_workspace`]), the first engine's workspace it can
+    /// serve.
     fn malloc<S: ComputeStorage>(
         &mut self,
         storage: &mut S,
         size: u64,
     ) -> Result<ManagedMemoryHandle, IoError> {
         self.free_dropped();
+        let workspace = pending_workspace();
         let id = noted(|n| {
             n.pools += u32::from(!self.asked);
             n.next_id += 1;
-            n.events.push(Event::Alloc {
-                id: n.next_id,
-                size,
-            });
-            n.next_id
+            let id = n.next_id;
+            match &workspace {
+                None => n.events.push(Event::Alloc { id, size }),
+                Some((plan, sizes)) => {
+                    n.events
+                        .extend(sizes.iter().enumerate().map(|(engine, &size)| {
+                            Event::Workspace {
+                                id,
+                                size,
+                                plan: *plan,
+                                engine: engine as u32,
+                            }
+                        }))
+                }
+            }
+            id
         });
         self.asked = true;
         self.allocator.set_cap(cap());
+        let (block, size) = match workspace {
+            None => (self.place(storage, size)?, size),
+            Some((plan, sizes)) => self.workspace(storage, plan, &sizes)?,
+        };
+        Ok(self.hand_out(block, size, id))
+    }
+
+    /// A block of `size` from the allocator, or the device's refusal as an error.
+    fn place<S: ComputeStorage>(
+        &mut self,
+        storage: &mut S,
+        size: u64,
+    ) -> Result<pytorch_allocator::Block, IoError> {
         let mut device = OnStorage {
             storage,
             segments: &mut self.segments,
         };
-        let block =
-            self.allocator
-                .malloc(size, &mut device)
-                .map_err(|oom| IoError::BufferTooBig {
-                    size: oom.requested,
-                    backtrace: BackTrace::capture(),
-                })?;
+        self.allocator
+            .malloc(size, &mut device)
+            .map_err(|oom| IoError::BufferTooBig {
+                size: oom.requested,
+                backtrace: BackTrace::capture(),
+            })
+    }
+
+    /// A workspace as the replay serves `Event::Workspace` (`pytorch_allocator::replay`): the
+    /// engine kept for `plan` first, then each engine in order, a failure (after the allocator's
+    /// release and retry) the next engine's turn. An engine without a workspace takes the
+    /// smallest block, as a handle must hold one (PyTorch's takes nothing).
+    fn workspace<S: ComputeStorage>(
+        &mut self,
+        storage: &mut S,
+        plan: u64,
+        sizes: &[u64],
+    ) -> Result<(pytorch_allocator::Block, u64), IoError> {
+        let kept = self.plans.get(&plan).map(|&e| e as usize);
+        if let Some(e) = kept.filter(|&e| e < sizes.len()) {
+            if let Ok(block) = self.place(storage, sizes[e].max(1)) {
+                return Ok((block, sizes[e].max(1)));
+            }
+            self.plans.remove(&plan);
+        }
+        let mut last = None;
+        for (engine, &size) in sizes.iter().enumerate() {
+            match self.place(storage, size.max(1)) {
+                Ok(block) => {
+                    self.plans.insert(plan, engine as u32);
+                    return Ok((block, size.max(1)));
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or(IoError::BufferTooBig {
+            size: 0,
+            backtrace: BackTrace::capture(),
+        }))
+    }
+
+    /// The handle of `block`, `size` bytes of it asked for under `id`.
+    fn hand_out(&mut self, block: pytorch_allocator::Block, size: u64, id: u64) -> ManagedMemoryHandle {
         let segment = self.segments[block.segment.index()]
             .as_ref()
             .expect("a block's segment has its storage");
@@ -300,7 +442,7 @@ impl TorchPool {
         self.slices[block.id.index()] = Some(slice);
         self.live.push((block.id, id));
         self.in_use += size;
-        Ok(handle)
+        handle
     }
 
     fn slice(&self, binding: &ManagedMemoryBinding) -> Result<&Slice, IoError> {

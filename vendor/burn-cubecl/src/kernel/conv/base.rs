@@ -1,3 +1,4 @@
+use burn_backend::TensorMetadata;
 use burn_backend::ops::ConvOptions;
 use burn_std::Shape;
 use cubek::convolution::{AcceleratedTileKind, components::ConvSetupError};
@@ -70,12 +71,57 @@ pub fn conv_forward<R: CubeRuntime, const N: usize>(
     options: ConvOptions<N>,
     strategy: ConvStrategy,
 ) -> Result<CubeTensor<R>, ConvSetupError> {
+    let (x, w) = (input.shape(), weight.shape());
+    let dtype = input.dtype;
     let input = permute_nchw_to_nhwc(input);
     let weight = permute_nchw_to_nhwc(weight);
 
-    let out = conv_forward_nhwc(input, weight, bias, options, strategy)?;
+    let out = conv_forward_nhwc(input, weight, bias, options.clone(), strategy)?;
 
-    Ok(permute_nhwc_to_nchw(out))
+    let out = permute_nhwc_to_nchw(out);
+    note_workspace(&out.client, 0, [&x, &w, &out.shape()], &options, dtype);
+    Ok(out)
+}
+
+/// oom-bisect patch: the workspace PyTorch's cuDNN path asks for at this convolution, once the
+/// result exists: asked of the device and released at once, the pool serving it engine after
+/// engine as PyTorch does (`cubecl_runtime::memory_management::oom_bisect::conv_workspace`).
+/// `pass`: 0 forward, 1 data gradient, 2 weight gradient; `shapes`: x, w, y in NCHW.
+fn note_workspace<R: CubeRuntime, const N: usize>(
+    client: &cubecl::client::ComputeClient<R>,
+    pass: u8,
+    shapes: [&Shape; 3],
+    options: &ConvOptions<N>,
+    dtype: burn_std::DType,
+) {
+    use cubecl_runtime::memory_management::oom_bisect::{Conv, conv_workspace};
+    let dims = |s: &Shape| -> Option<[usize; 4]> { s.as_slice().try_into().ok() };
+    let two = |v: &[usize; N]| -> Option<[usize; 2]> { v.as_slice().try_into().ok() };
+    let (Some(x), Some(w), Some(y)) = (dims(shapes[0]), dims(shapes[1]), dims(shapes[2])) else {
+        return;
+    };
+    let (Some(stride), Some(padding), Some(dilation)) = (
+        two(&options.stride),
+        two(&options.padding),
+        two(&options.dilation),
+    ) else {
+        return;
+    };
+    let asked = conv_workspace(&Conv {
+        pass,
+        x,
+        w,
+        y,
+        stride,
+        padding,
+        dilation,
+        groups: options.groups,
+        dtype_bytes: dtype.size() as u8,
+        bf16: dtype == burn_std::DType::BF16,
+    });
+    if let Some(bytes) = asked {
+        drop(client.empty(bytes as usize));
+    }
 }
 
 /// Performs an N-dimensional convolution with the given strategy on NHWC inputs/outputs
@@ -130,6 +176,8 @@ pub fn conv_weight_backward<R: CubeRuntime, const N: usize>(
     options: ConvOptions<N>,
     strategy: ConvStrategy,
 ) -> Result<CubeTensor<R>, ConvSetupError> {
+    let (x, y) = (input.shape(), out_grad.shape());
+    let (dw, dtype, noted) = (weight_shape.clone(), input.dtype, options.clone());
     let input = permute_nchw_to_nhwc(input);
     let out_grad = permute_nchw_to_nhwc(out_grad);
     let weight_shape = permute_nchw_to_nhwc_shape(weight_shape);
@@ -168,7 +216,9 @@ pub fn conv_weight_backward<R: CubeRuntime, const N: usize>(
         }
     }?;
 
-    Ok(permute_nhwc_to_nchw(weight_grad))
+    let weight_grad = permute_nhwc_to_nchw(weight_grad);
+    note_workspace(&weight_grad.client, 2, [&x, &dw, &y], &noted, dtype);
+    Ok(weight_grad)
 }
 
 /// Performs an N-dimensional convolution backwards data pass with the given strategy
@@ -185,6 +235,8 @@ pub fn conv_data_backward<R: CubeRuntime, const N: usize>(
     options: ConvOptions<N>,
     strategy: ConvStrategy,
 ) -> Result<CubeTensor<R>, ConvSetupError> {
+    let (dx, w) = (in_shape.clone(), weights.shape());
+    let (y, dtype, noted) = (out_grad.shape(), out_grad.dtype, options.clone());
     let out_grad = permute_nchw_to_nhwc(out_grad);
     let weights = permute_nchw_to_nhwc(weights);
     let in_shape = permute_nchw_to_nhwc_shape(in_shape);
@@ -215,5 +267,7 @@ pub fn conv_data_backward<R: CubeRuntime, const N: usize>(
         }
     };
 
-    Ok(permute_nhwc_to_nchw(weight_grad))
+    let input_grad = permute_nhwc_to_nchw(weight_grad);
+    note_workspace(&input_grad.client, 1, [&dx, &w, &y], &noted, dtype);
+    Ok(input_grad)
 }

@@ -26,22 +26,22 @@ pub use cubecl_runtime::memory_management::oom_bisect::Conv;
 pub const CUDNN_ENV: &str = "OOM_BISECT_CUDNN";
 
 /// cuDNN's backend API with one handle.
-struct Session {
+struct Cudnn {
     handle: dnn::cudnnHandle_t,
     version: usize,
 }
 
 // SAFETY: the handle is only used under the mutex in `STATE`, one call at a time.
-unsafe impl Send for Session {}
+unsafe impl Send for Cudnn {}
 
 /// What this process knows: the answers so far (read from the shared file first), where to add
-/// new ones, and the session, opened at the first convolution no one has asked about yet.
+/// new ones, and the handle, opened at the first convolution no one has asked about yet.
 struct State {
     answers: HashMap<Conv, Vec<u64>>,
     /// The convolutions this process met, in order.
     met: Vec<Conv>,
     file: Option<std::path::PathBuf>,
-    session: Option<Result<Session, String>>,
+    cudnn: Option<Result<Cudnn, String>>,
     /// The library's version, or why none could be loaded.
     library: Result<usize, String>,
 }
@@ -101,7 +101,7 @@ impl State {
             answers,
             met: Vec::new(),
             file,
-            session: None,
+            cudnn: None,
             library,
         }
     }
@@ -110,8 +110,8 @@ impl State {
         let Ok(&version) = self.library.as_ref() else {
             return Vec::new();
         };
-        let session = self.session.get_or_insert_with(|| open(version));
-        match session {
+        let cudnn = self.cudnn.get_or_insert_with(|| open(version));
+        match cudnn {
             Ok(s) => s.engines(conv).unwrap_or_default(),
             Err(_) => Vec::new(),
         }
@@ -214,11 +214,11 @@ fn read_answers(path: &std::path::Path) -> HashMap<Conv, Vec<u64>> {
 }
 
 /// Creates a handle (on the current device's primary context); the library is loaded.
-fn open(version: usize) -> Result<Session, String> {
+fn open(version: usize) -> Result<Cudnn, String> {
     let mut handle: dnn::cudnnHandle_t = std::ptr::null_mut();
     // SAFETY: `handle` is written by cuDNN.
     check(unsafe { (api().create)(&mut handle) }, "cudnnCreate")?;
-    Ok(Session { handle, version })
+    Ok(Cudnn { handle, version })
 }
 
 type Status = dnn::cudnnStatus_t;
@@ -587,7 +587,7 @@ fn operation(conv: &Conv) -> Result<Desc, String> {
     op.finalize()
 }
 
-impl Session {
+impl Cudnn {
     /// The workspace of each engine PyTorch tries for `conv`: the instant heuristics' configs,
     /// then the fallback list's, filtered and built as PyTorch does.
     fn engines(&self, conv: &Conv) -> Result<Vec<u64>, String> {

@@ -490,6 +490,28 @@ impl<R: Runtime> ComputeClient<R> {
         self.do_empty(vec![descriptor]).unwrap().remove(0).memory
     }
 
+    /// oom-bisect: asks the device for a convolution's workspace, in the program's order (on the
+    /// device's thread, as `empty` does), the pool serving it as PyTorch's cuDNN path asks
+    /// (`memory_management::oom_bisect::conv_workspace`). Drop the handle to release it.
+    #[cfg(feature = "std")]
+    pub fn oom_bisect_workspace(
+        &self,
+        request: crate::memory_management::oom_bisect::WorkspaceRequest,
+    ) -> Handle {
+        let shape: Shape = [request.bytes as usize].into();
+        let descriptor = MemoryLayoutDescriptor::new(MemoryLayoutStrategy::Contiguous, shape, 1);
+        let stream_id = self.stream_id();
+        let (handle_base, mut layouts) =
+            self.utilities.layout_policy.apply(stream_id, &[descriptor]);
+        let (size, memory) = (handle_base.size(), handle_base.memory);
+        let (plan, sizes) = (request.plan, request.sizes);
+        self.device.submit(Self::stamped(move |server| {
+            crate::memory_management::oom_bisect::set_pending_workspace(plan, sizes);
+            server.initialize_memory(memory, size, stream_id);
+        }));
+        layouts.remove(0).memory
+    }
+
     /// Reserves `shape` in the storage, and returns a tensor handle for it.
     /// See [`ComputeClient::create_tensor`]
     pub fn empty_tensor(&self, shape: Shape, elem_size: usize) -> MemoryLayout {

@@ -210,27 +210,46 @@ pub fn set_workspaces(f: Workspaces) {
 #[cfg(feature = "std")]
 static PENDING: std::sync::Mutex<Option<(u64, Vec<u64>)>> = std::sync::Mutex::new(None);
 
+/// A convolution's workspace request: the bytes its handle stands for, the plan, and the
+/// workspace of each engine in PyTorch's order.
+pub struct WorkspaceRequest {
+    /// The first engine's workspace (at least 1 byte: a handle holds a block).
+    pub bytes: u64,
+    /// The convolution, hashed: cuDNN's engine list is a function of it.
+    pub plan: u64,
+    /// The workspace of each engine.
+    pub sizes: Vec<u64>,
+}
+
 /// Called by the vendored burn-cubecl once a convolution's output exists, where PyTorch's cuDNN
-/// path asks its caching allocator for the workspace. Returns the bytes the caller must then ask
-/// the device for (and release at once): that request is the workspace request, which the pool
-/// notes (every engine's workspace in order, one id) and serves as PyTorch does, engine after
-/// engine ([`TorchPool`]), so that it takes its place among the program's requests and releases
-/// as every other request does, on a GPU as on a virtual card. `None`: nothing to ask (no answer
-/// installed, or no engine known).
+/// path asks its caching allocator for the workspace: the request to hand to
+/// `ComputeClient::oom_bisect_workspace`, which asks the device for it in the program's order
+/// (on the device's thread, among the other requests), the pool noting it and serving it engine
+/// after engine as PyTorch does ([`TorchPool`]). `None`: nothing to ask (no answer installed, or
+/// no engine known).
 #[cfg(feature = "std")]
-pub fn conv_workspace(conv: &Conv) -> Option<u64> {
+pub fn conv_workspace(conv: &Conv) -> Option<WorkspaceRequest> {
     let answer = WORKSPACES.get()?;
     let sizes = answer(conv);
     let first = *sizes.first()?;
-    // The plan is the convolution itself: cuDNN's engine list is a function of it.
     let plan = {
         use core::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         conv.hash(&mut h);
         h.finish()
     };
+    Some(WorkspaceRequest {
+        bytes: first.max(1),
+        plan,
+        sizes,
+    })
+}
+
+/// Makes the device request about to be served on this (the device's) thread the workspace
+/// request `(plan, sizes)`: set and taken within one task of the device's thread.
+#[cfg(feature = "std")]
+pub(crate) fn set_pending_workspace(plan: u64, sizes: Vec<u64>) {
     *PENDING.lock().unwrap_or_else(|e| e.into_inner()) = Some((plan, sizes));
-    Some(first.max(1))
 }
 
 /// The workspace request the caller of [`conv_workspace`] is making now, if it is one.
@@ -571,6 +590,39 @@ mod tests {
             "four requests, and the release of `a`"
         );
         assert!(matches!(events[before + 2], Event::Free { .. }));
+    }
+
+    /// A workspace request is noted as its engines and served as the replay serves it: under a
+    /// cap the first engine's workspace gives way to the second's, which is then kept for the plan.
+    #[test]
+    fn oom_bisect_a_workspace_request_tries_the_engines_in_order() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut pool, mut storage) = (TorchPool::new(0), BytesStorage::default());
+        let held = pool.alloc(&mut storage, 30 * MIB).unwrap();
+        // 64 MiB more is past the cap; 4 MiB takes a 20 MiB segment, which fits.
+        set_cap(Some(60 * MIB));
+        let before = stream_len();
+        set_pending_workspace(9, alloc::vec![64 * MIB, 4 * MIB, 0]);
+        let ws = pool.alloc(&mut storage, 64 * MIB).unwrap();
+        assert_eq!(pool.find(&ws.clone().binding()).unwrap().storage.size(), 4 * MIB);
+        drop(ws);
+        set_pending_workspace(9, alloc::vec![64 * MIB, 4 * MIB, 0]);
+        let again = pool.alloc(&mut storage, 64 * MIB).unwrap();
+        let retries = pool.allocator.stats().retries;
+        assert_eq!(retries, 1, "the kept engine is served without trying the first again");
+        set_cap(None);
+        drop((again, held));
+        let (events, _) = stream();
+        let engines: Vec<u64> = events[before..]
+            .iter()
+            .filter_map(|e| match *e {
+                Event::Workspace { size, plan: 9, .. } => Some(size),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(engines, [64 * MIB, 4 * MIB, 0, 64 * MIB, 4 * MIB, 0]);
+        let replayed = pytorch_allocator::replay(events[before..].iter(), Some(30 * MIB));
+        assert!(replayed.fits(), "the replay serves the second engine too");
     }
 
     /// A block the program released after submitting a task is not free for that task, however

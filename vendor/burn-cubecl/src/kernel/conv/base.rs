@@ -119,8 +119,8 @@ fn note_workspace<R: CubeRuntime, const N: usize>(
         dtype_bytes: dtype.size() as u8,
         bf16: dtype == burn_std::DType::BF16,
     });
-    if let Some(bytes) = asked {
-        drop(client.empty(bytes as usize));
+    if let Some(request) = asked {
+        drop(client.oom_bisect_workspace(request));
     }
 }
 

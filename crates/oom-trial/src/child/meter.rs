@@ -214,7 +214,12 @@ pub(super) fn write_stream(
         })
         .collect();
     let text = serde_json::json!({ "before": before, "events": events }).to_string();
-    // Never through a final link: one planted there would have the trial replace another file.
+    write_diagnostic(path, &text, STREAM_OUT)
+}
+
+/// Writes `text` to `path`, named by the variable `var`, never through a final link: one planted
+/// there would have the trial replace another file.
+fn write_diagnostic(path: &std::path::Path, text: &str, var: &str) -> Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
@@ -224,7 +229,7 @@ pub(super) fn write_stream(
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)
         .and_then(|mut f| f.write_all(text.as_bytes()))
-        .map_err(|e| anyhow!("{STREAM_OUT}: cannot write {}: {e}", path.display()))
+        .map_err(|e| anyhow!("{var}: cannot write {}: {e}", path.display()))
 }
 
 /// Names a file to write each convolution cuDNN was asked about, with the workspace of each
@@ -252,16 +257,7 @@ fn write_cudnn_answers(path: &std::path::Path) -> Result<()> {
         "convolutions": lines,
     })
     .to_string();
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .and_then(|mut f| f.write_all(text.as_bytes()))
-        .map_err(|e| anyhow!("{CUDNN_OUT}: cannot write {}: {e}", path.display()))
+    write_diagnostic(path, &text, CUDNN_OUT)
 }
 
 /// A stream a trial wrote under `OOM_BISECT_STREAM_OUT`: the bytes held before it, and its events.

@@ -2,9 +2,7 @@
 //! every plot has its axes and the ceiling line, and the browser logs no error. Skipped where
 //! Chromium is missing, unless `OOM_BISECT_TEST_CHROMIUM=1` (CI installs it and sets that).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::process::Command;
 
 fn chromium() -> Option<&'static str> {

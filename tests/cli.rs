@@ -2,9 +2,7 @@
 //! outcome on the CPU backend, the JSON reports, the journal resumed after an interruption, and a full
 //! diagnosis of the quickstart config whose boundaries are re-run alone.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -917,7 +915,9 @@ fn quickstart_bisect_on_cpu_boundaries_hold() {
     let phase = bounds.iter().find(|b| b["axis"] == "phase").unwrap();
     assert_eq!(phase["last_fit"]["need_is_lower_bound"], true, "{phase}");
     assert_eq!(phase["first_oom"]["need_is_lower_bound"], false, "{phase}");
-    let mut checked = 0;
+    // Each boundary's two sides and the minimal failing configuration, as trials of their own,
+    // side by side (one core each): each gives the bisect's verdict alone.
+    let mut retrials: Vec<(Vec<String>, i32)> = vec![];
     for b in r["boundaries"].as_array().unwrap() {
         if b["kind"] != "boundary" {
             continue;
@@ -932,28 +932,26 @@ fn quickstart_bisect_on_cpu_boundaries_hold() {
                 args.push("--set".into());
                 args.push(s.as_str().unwrap().into());
             }
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            let o = run(&args, &d);
-            assert_eq!(
-                code(&o),
-                want,
-                "{} {side} {args:?}:\n{}",
-                b["axis"],
-                text(&o)
-            );
-            checked += 1;
+            retrials.push((args, want));
         }
     }
-    assert!(checked >= 4, "{t}");
-    need_breakdown_and_fine_size(&r);
+    assert!(retrials.len() >= 4, "{t}");
     let min = r["minimal_failing"]["file"].as_str().unwrap();
-    let o = run(&["trial", "--config", min], &d);
-    assert_eq!(
-        code(&o),
-        3,
-        "the minimal failing configuration fails alone:\n{}",
-        text(&o)
-    );
+    retrials.push((vec!["trial".into(), "--config".into(), min.into()], 3));
+    need_breakdown_and_fine_size(&r);
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    for batch in retrials.chunks(cores) {
+        std::thread::scope(|s| {
+            for (args, want) in batch {
+                let d = &d;
+                s.spawn(move || {
+                    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                    let o = run(&args, d);
+                    assert_eq!(code(&o), *want, "{args:?} alone:\n{}", text(&o));
+                });
+            }
+        });
+    }
 }
 
 #[test]
@@ -1355,7 +1353,7 @@ fn a_cpu_trial_needs_the_same_in_every_run() {
 #[test]
 fn a_mixed_f16_trial_repeats_its_losses_and_need() {
     let d = tmp("repeat-f16");
-    let cfg = root().join("configs/quickstart.toml");
+    let cfg = write(&d, "c.toml", TINY);
     let run_once = |n: u32| {
         let j = d.join(format!("t{n}.json"));
         let args = [

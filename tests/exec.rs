@@ -3,9 +3,7 @@
 //! classified from how the command ended and what it printed, never from its cooperation; a
 //! diagnosis through it finds the boundary the command itself has, and a re-run repeats nothing.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -3,9 +3,7 @@
 //! journal loses no record; a full disk costs no report; malformed input gets a clear message and a
 //! documented exit code, never a panic. `docs/reliability.md` says what is covered and how to run it.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -1242,8 +1240,9 @@ fn a_signalled_driver_leaves_no_escaped_process_behind() {
         // SAFETY: signals the driver this test started.
         unsafe { libc::kill(child.id() as i32, *sig) };
         let _ = child.wait();
+        // The sweep is prompt; the deadline is generous for a machine busy with other tests.
         let start = Instant::now();
-        while !processes_with(&escaped).is_empty() && start.elapsed() < Duration::from_secs(5) {
+        while !processes_with(&escaped).is_empty() && start.elapsed() < Duration::from_secs(30) {
             std::thread::sleep(Duration::from_millis(50));
         }
         assert!(
@@ -1468,7 +1467,7 @@ fn a_full_disk_is_found_before_the_first_trial() {
             std::env::var_os("OOM_BISECT_TEST_MOUNT").is_none(),
             "cannot mount a tmpfs"
         );
-        common::skipped("cannot mount a tmpfs here");
+        crate::common::skipped("cannot mount a tmpfs here");
         return;
     }
     let _ = std::fs::write(mnt.join("fill"), vec![0u8; 60 << 10]);

@@ -2,9 +2,7 @@
 //! exit 2, and inside a real Slurm allocation every trial runs as a job step through `--launcher`
 //! with the same report as a local run (the one-node cluster of `tests/slurm/start.sh`).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output};

@@ -3,9 +3,7 @@
 //! in every run; a diagnosis on streams certifies its verdicts and searches again where a
 //! certificate disagrees (the estimate stands in for the GPU).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::io::Read;
 use std::path::Path;

@@ -1,8 +1,9 @@
 //! The model's memory estimate against measured peaks: real training steps on the CPU backend under a
 //! counting allocator, for configs that cover every option the estimate models (both memory models,
 //! BatchNorm kinds, the aux head, separable convolutions, attention, swapped decoder parts, phases, optimizers,
-//! checkpointed blocks). One test
-//! in its own binary: the allocator's counters are global, so nothing may run beside it.
+//! checkpointed blocks). One test in its own binary: the allocator's counters are global, so
+//! nothing may run beside it in its process; it runs its cases in two processes of this binary at
+//! once (`PART`), one per core.
 
 use burn::backend::{Autodiff, Flex};
 use deeplab::{Architecture, Config, Trainer};
@@ -61,8 +62,39 @@ fn measured(c: &Config) -> u64 {
     (PEAK.load(Relaxed) - before) as u64
 }
 
+/// The variable a process of this binary reads for its share of the cases: `i/n`, every n-th case
+/// from the i-th.
+const PART: &str = "DEEPLAB_ESTIMATE_TEST_PART";
+
+const TEST: &str = "estimate_is_within_15_percent_of_measured_peaks";
+
 #[test]
 fn estimate_is_within_15_percent_of_measured_peaks() {
+    let Ok(part) = std::env::var(PART) else {
+        // The cases in two processes side by side, each with its own counters.
+        let exe = std::env::current_exe().unwrap();
+        let parts: Vec<_> = (0..2)
+            .map(|i| {
+                std::process::Command::new(&exe)
+                    .args(["--exact", TEST, "--nocapture", "--test-threads", "1"])
+                    .env(PART, format!("{i}/2"))
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for p in parts {
+            let o = p.wait_with_output().unwrap();
+            let log = String::from_utf8_lossy(&o.stderr);
+            eprintln!("{log}");
+            assert!(o.status.success(), "a part failed:\n{log}");
+            assert!(log.contains(" measured "), "the part ran no case:\n{log}");
+        }
+        return;
+    };
+    let (i, n) = part.split_once('/').unwrap();
+    let (i, n): (usize, usize) = (i.parse().unwrap(), n.parse().unwrap());
     const BURN: &str = "device.memory_model=\"burn\"";
     let cases: &[&[&str]] = &[
         // The pytorch memory model (the default).
@@ -105,7 +137,7 @@ fn estimate_is_within_15_percent_of_measured_peaks() {
     let base = Config::from_toml_str(BASE).unwrap();
     let mut worst = 0.0f64;
     let mut report = String::new();
-    for sets in cases {
+    for sets in cases.iter().skip(i).step_by(n) {
         let c = base.with_overrides(sets).unwrap();
         let arch = Architecture::new(&c).unwrap();
         let peak = arch.memory_estimate(&c).peak;

@@ -1,7 +1,8 @@
 //! The diagnosis in plain words, first in the report: how far over, where it runs out, which single
 //! changes make it fit (the least change to the training first), the largest batch and input size
 //! that fit, and what became of each suspect of the forum thread. Every sentence restates a trial
-//! printed further down; nothing here is measured or guessed anew.
+//! printed further down; nothing here is measured anew, and the one figure no trial gives (what a
+//! float32 run would need in float64) says it is the model's estimate.
 
 use super::context::{Context, EXPANDABLE};
 use super::memory::Part;
@@ -397,7 +398,8 @@ fn suspects(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
         out.push(format!("Ruled out: {}.", ruled_out.join("; ")));
     }
     out.extend(cx.whole_run().and_then(|(r, _)| leak_text(r)));
-    let absent = not_configured(cx.config);
+    let mut absent = not_configured(cx.config);
+    absent.extend(float64_text(cx));
     if !absent.is_empty() {
         out.push(format!(
             "Suspects of the thread that do not apply here: {}.",
@@ -405,6 +407,33 @@ fn suspects(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
         ));
     }
     out
+}
+
+/// The thread's "an accidental float64?" for a float32 run: it is not one, and what float64 would
+/// need. Not measured (a trial in float64 compiles its own kernels on a GPU): the measured need
+/// scaled by the model's estimate of float64 against float32, and said to be so.
+fn float64_text(cx: &Context<'_>) -> Option<String> {
+    if cx.config.train.precision != deeplab::Precision::F32 || cx.estimate {
+        return None;
+    }
+    let need = cx.whole_run()?.0.memory.allocator.as_ref()?.need_bytes;
+    let f64 = cx
+        .config
+        .with_overrides(&["train.precision=\"f64\""])
+        .ok()?;
+    let peak = |c: &deeplab::Config| {
+        let e = deeplab::Architecture::new(c)
+            .ok()?
+            .memory_estimate(c)
+            .peak
+            .total();
+        (e > 0).then_some(e as f64)
+    };
+    let ratio = peak(&f64)? / peak(cx.config)?;
+    Some(format!(
+        "float64 (it trains in f32; in float64 it would need about {}, {ratio:.1}× its need by the model's estimate, not measured)",
+        fmt_bytes((need as f64 * ratio) as u64)
+    ))
 }
 
 /// The thread's "a leak across steps?", from the steps of the original's whole run (the growth

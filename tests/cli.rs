@@ -859,6 +859,44 @@ fn readme_report() -> String {
     readme[i..j].to_string()
 }
 
+/// Each boundary's two sides and the minimal failing configuration of the quickstart's report `r`,
+/// as trials of their own, side by side (one core each): each gives the bisect's verdict alone.
+fn each_verdict_alone(r: &Value, cfg: &Path, d: &Path) {
+    let mut retrials: Vec<(Vec<String>, i32)> = vec![];
+    for b in r["boundaries"].as_array().unwrap() {
+        if b["kind"] != "boundary" {
+            continue;
+        }
+        for (side, want) in [("last_fit", 0), ("first_oom", 3)] {
+            let mut args: Vec<String> = vec![
+                "trial".into(),
+                "--config".into(),
+                cfg.to_str().unwrap().into(),
+            ];
+            for s in b[side]["candidate"].as_array().unwrap() {
+                args.push("--set".into());
+                args.push(s.as_str().unwrap().into());
+            }
+            retrials.push((args, want));
+        }
+    }
+    assert!(retrials.len() >= 4, "{r}");
+    let min = r["minimal_failing"]["file"].as_str().unwrap();
+    retrials.push((vec!["trial".into(), "--config".into(), min.into()], 3));
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    for batch in retrials.chunks(cores) {
+        std::thread::scope(|s| {
+            for (args, want) in batch {
+                s.spawn(move || {
+                    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                    let o = run(&args, d);
+                    assert_eq!(code(&o), *want, "{args:?} alone:\n{}", text(&o));
+                });
+            }
+        });
+    }
+}
+
 #[test]
 fn quickstart_bisect_on_cpu_boundaries_hold() {
     let d = tmp("quickstart");
@@ -915,43 +953,8 @@ fn quickstart_bisect_on_cpu_boundaries_hold() {
     let phase = bounds.iter().find(|b| b["axis"] == "phase").unwrap();
     assert_eq!(phase["last_fit"]["need_is_lower_bound"], true, "{phase}");
     assert_eq!(phase["first_oom"]["need_is_lower_bound"], false, "{phase}");
-    // Each boundary's two sides and the minimal failing configuration, as trials of their own,
-    // side by side (one core each): each gives the bisect's verdict alone.
-    let mut retrials: Vec<(Vec<String>, i32)> = vec![];
-    for b in r["boundaries"].as_array().unwrap() {
-        if b["kind"] != "boundary" {
-            continue;
-        }
-        for (side, want) in [("last_fit", 0), ("first_oom", 3)] {
-            let mut args: Vec<String> = vec![
-                "trial".into(),
-                "--config".into(),
-                cfg.to_str().unwrap().into(),
-            ];
-            for s in b[side]["candidate"].as_array().unwrap() {
-                args.push("--set".into());
-                args.push(s.as_str().unwrap().into());
-            }
-            retrials.push((args, want));
-        }
-    }
-    assert!(retrials.len() >= 4, "{t}");
-    let min = r["minimal_failing"]["file"].as_str().unwrap();
-    retrials.push((vec!["trial".into(), "--config".into(), min.into()], 3));
     need_breakdown_and_fine_size(&r);
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    for batch in retrials.chunks(cores) {
-        std::thread::scope(|s| {
-            for (args, want) in batch {
-                let d = &d;
-                s.spawn(move || {
-                    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                    let o = run(&args, d);
-                    assert_eq!(code(&o), *want, "{args:?} alone:\n{}", text(&o));
-                });
-            }
-        });
-    }
+    each_verdict_alone(&r, &cfg, &d);
 }
 
 #[test]

@@ -68,29 +68,33 @@ const PART: &str = "DEEPLAB_ESTIMATE_TEST_PART";
 
 const TEST: &str = "estimate_is_within_15_percent_of_measured_peaks";
 
+/// The test's cases in two processes of this binary side by side, each with its own counters.
+fn in_two_processes() {
+    let exe = std::env::current_exe().unwrap();
+    let parts: Vec<_> = (0..2)
+        .map(|i| {
+            std::process::Command::new(&exe)
+                .args(["--exact", TEST, "--nocapture", "--test-threads", "1"])
+                .env(PART, format!("{i}/2"))
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for p in parts {
+        let o = p.wait_with_output().unwrap();
+        let log = String::from_utf8_lossy(&o.stderr);
+        eprintln!("{log}");
+        assert!(o.status.success(), "a part failed:\n{log}");
+        assert!(log.contains(" measured "), "the part ran no case:\n{log}");
+    }
+}
+
 #[test]
 fn estimate_is_within_15_percent_of_measured_peaks() {
     let Ok(part) = std::env::var(PART) else {
-        // The cases in two processes side by side, each with its own counters.
-        let exe = std::env::current_exe().unwrap();
-        let parts: Vec<_> = (0..2)
-            .map(|i| {
-                std::process::Command::new(&exe)
-                    .args(["--exact", TEST, "--nocapture", "--test-threads", "1"])
-                    .env(PART, format!("{i}/2"))
-                    .stdout(std::process::Stdio::piped())
-                    .stderr(std::process::Stdio::piped())
-                    .spawn()
-                    .unwrap()
-            })
-            .collect();
-        for p in parts {
-            let o = p.wait_with_output().unwrap();
-            let log = String::from_utf8_lossy(&o.stderr);
-            eprintln!("{log}");
-            assert!(o.status.success(), "a part failed:\n{log}");
-            assert!(log.contains(" measured "), "the part ran no case:\n{log}");
-        }
+        in_two_processes();
         return;
     };
     let (i, n) = part.split_once('/').unwrap();

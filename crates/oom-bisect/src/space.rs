@@ -182,9 +182,19 @@ fn module_items(config: &Config, arch: &Architecture) -> Modules {
 /// What a changed config saves against `config` by deeplab's estimate of the peak (nothing where
 /// it adds); `config`'s own peak estimated once.
 fn saving_against(config: &Config) -> impl Fn(&Config) -> Option<u64> {
-    let peak = |c: &Config| Some(Architecture::new(c).ok()?.memory_estimate(c).peak.total());
-    let whole = peak(config);
-    move |changed| Some(whole?.saturating_sub(peak(changed)?))
+    let whole = estimated_peak(config);
+    move |changed| Some(whole?.saturating_sub(estimated_peak(changed)?))
+}
+
+/// deeplab's estimate of the peak of a step of `config` (none where the model cannot be built).
+pub fn estimated_peak(config: &Config) -> Option<u64> {
+    Some(
+        Architecture::new(config)
+            .ok()?
+            .memory_estimate(config)
+            .peak
+            .total(),
+    )
 }
 
 /// The fixes that change `config`, least change to the training first, each with what it saves

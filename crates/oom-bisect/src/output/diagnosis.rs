@@ -7,6 +7,7 @@
 use super::context::{Context, EXPANDABLE};
 use super::memory::Part;
 use crate::kinds::{self, AxisKind};
+use crate::space::estimated_peak;
 use oom_search::{AxisVerdict, Diagnosis, FixResult, ModulesVerdict, Outcome};
 use oom_trial::fmt_bytes;
 
@@ -413,7 +414,9 @@ fn suspects(d: &Diagnosis, cx: &Context<'_>) -> Vec<String> {
 /// need. Not measured (a trial in float64 compiles its own kernels on a GPU): the measured need
 /// scaled by the model's estimate of float64 against float32, and said to be so.
 fn float64_text(cx: &Context<'_>) -> Option<String> {
-    if cx.config.train.precision != deeplab::Precision::F32 || cx.estimate {
+    // Under `--exec` the model is the user's, which the estimate does not know.
+    let f32 = cx.config.train.precision == deeplab::Precision::F32;
+    if !f32 || cx.estimate || cx.exec.is_some() {
         return None;
     }
     let need = cx.whole_run()?.0.memory.allocator.as_ref()?.need_bytes;
@@ -421,15 +424,8 @@ fn float64_text(cx: &Context<'_>) -> Option<String> {
         .config
         .with_overrides(&["train.precision=\"f64\""])
         .ok()?;
-    let peak = |c: &deeplab::Config| {
-        let e = deeplab::Architecture::new(c)
-            .ok()?
-            .memory_estimate(c)
-            .peak
-            .total();
-        (e > 0).then_some(e as f64)
-    };
-    let ratio = peak(&f64)? / peak(cx.config)?;
+    let (wide, narrow) = (estimated_peak(&f64)?, estimated_peak(cx.config)?);
+    let ratio = wide as f64 / (narrow as f64).max(1.0);
     Some(format!(
         "float64 (it trains in f32; in float64 it would need about {}, {ratio:.1}× its need by the model's estimate, not measured)",
         fmt_bytes((need as f64 * ratio) as u64)

@@ -9,10 +9,12 @@ build:
 build-autotune:
     cargo build --release --features autotune
 
-# Run the test suite, as CI does (CPU backend, no GPU needed), and the vendored allocator's tests.
+# Run the test suite, as CI does (CPU backend, no GPU needed), and the vendored crates' own tests of
+# their patches.
 test:
     cargo test --release --workspace
     cargo test --manifest-path vendor/cubecl-runtime/Cargo.toml --target-dir target/vendor-tests --lib oom_bisect
+    cargo test --manifest-path vendor/burn-flex/Cargo.toml --target-dir target/vendor-tests --lib row_walk
 
 # Formatting and lints, as CI checks them.
 lint:

@@ -397,19 +397,20 @@ fn every_phase_holds_the_same_memory_after_each_step() {
 fn mixed_precision_keeps_f32_weights_and_halves_activations() {
     let mut held = vec![];
     let mut forward = vec![];
-    for p in ["f32", "mixed-f16", "f16"] {
-        let set = format!("train.precision=\"{p}\"");
-        let (o, r) = tiny_trial(
-            &format!("precision-{p}"),
-            &[
-                "--set",
-                &set,
-                "--set",
-                "data.size=[256, 256]",
-                "--set",
-                LAZY,
-            ],
-        );
+    // The three trials side by side: the f16 ones take three times as long on a CPU.
+    let trials: Vec<_> = ["f32", "mixed-f16", "f16"]
+        .map(|p| {
+            std::thread::spawn(move || {
+                let set = format!("train.precision=\"{p}\"");
+                let size = "data.size=[256, 256]";
+                let args = ["--set", &set, "--set", size, "--set", LAZY];
+                (p, tiny_trial(&format!("precision-{p}"), &args))
+            })
+        })
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .collect();
+    for (p, (o, r)) in trials {
         assert_eq!(code(&o), 0, "{p}: {}", text(&o));
         let after = r["steps"][0]["in_use_after_bytes"].as_u64().unwrap();
         let loss = r["stages"]
@@ -861,40 +862,59 @@ fn readme_report() -> String {
 
 /// Each boundary's two sides and the minimal failing configuration of the quickstart's report `r`,
 /// as trials of their own, side by side (one core each): each gives the bisect's verdict alone.
+/// A configuration on several sides (the original is every axis's first out-of-memory) runs once;
+/// the minimal failing one runs from the file the report saved.
 fn each_verdict_alone(r: &Value, cfg: &Path, d: &Path) {
-    let mut retrials: Vec<(Vec<String>, i32)> = vec![];
+    let min = &r["minimal_failing"];
+    let mut seen = vec![min["candidate"].clone()];
+    let mut retrials: Vec<(Vec<String>, i32)> = vec![(
+        vec![
+            "trial".into(),
+            "--config".into(),
+            min["file"].as_str().unwrap().into(),
+        ],
+        3,
+    )];
     for b in r["boundaries"].as_array().unwrap() {
         if b["kind"] != "boundary" {
             continue;
         }
         for (side, want) in [("last_fit", 0), ("first_oom", 3)] {
+            let candidate = &b[side]["candidate"];
+            if seen.contains(candidate) {
+                continue;
+            }
+            seen.push(candidate.clone());
             let mut args: Vec<String> = vec![
                 "trial".into(),
                 "--config".into(),
                 cfg.to_str().unwrap().into(),
             ];
-            for s in b[side]["candidate"].as_array().unwrap() {
+            for s in candidate.as_array().unwrap() {
                 args.push("--set".into());
                 args.push(s.as_str().unwrap().into());
             }
             retrials.push((args, want));
         }
     }
-    assert!(retrials.len() >= 4, "{r}");
-    let min = r["minimal_failing"]["file"].as_str().unwrap();
-    retrials.push((vec!["trial".into(), "--config".into(), min.into()], 3));
+    // The original, the minimal failing configuration and a fit on each axis at least.
+    assert!(retrials.len() >= 7, "{r}");
+    // One worker per core, each taking the next trial as it finishes one.
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    for batch in retrials.chunks(cores) {
-        std::thread::scope(|s| {
-            for (args, want) in batch {
-                s.spawn(move || {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..cores {
+            s.spawn(|| {
+                while let Some((args, want)) =
+                    retrials.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                {
                     let args: Vec<&str> = args.iter().map(String::as_str).collect();
                     let o = run(&args, d);
                     assert_eq!(code(&o), *want, "{args:?} alone:\n{}", text(&o));
-                });
-            }
-        });
-    }
+                }
+            });
+        }
+    });
 }
 
 #[test]

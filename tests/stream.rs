@@ -142,7 +142,7 @@ fn a_diagnosis_on_streams_is_certified_and_says_where_each_verdict_came_from() {
             "--memory-limit",
             "800MiB",
             "--axes",
-            "batch,size",
+            "batch",
             "--certify-with-estimate",
             "--json",
             j.to_str().unwrap(),

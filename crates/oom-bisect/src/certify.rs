@@ -54,6 +54,9 @@ pub struct Certified {
     pub certificates: Vec<Certificate>,
     /// Searches run: one, plus one for each round whose certificates disagreed.
     pub rounds: usize,
+    /// What the last search's report rests on that no certificate covers: the rounds ran out
+    /// while the GPU still moved verdicts, and the last search's own verdicts were not run again.
+    pub uncertified: Vec<String>,
 }
 
 impl Certified {
@@ -202,5 +205,10 @@ pub fn diagnose_certified(
         d = oom_search::diagnose(oracle, &mut new_only, clock, space, opts);
         certified.rounds += 1;
     }
+    certified.uncertified = oom_search::to_certify(&d, ceiling, NEAR)
+        .into_iter()
+        .filter(|c| certified.of(&c.candidate).is_none())
+        .map(|c| c.what)
+        .collect();
     (d, certified)
 }

@@ -36,6 +36,14 @@ pub fn line(cx: &Context<'_>) -> String {
             ),
         }
     );
+    if !cx.certified.uncertified.is_empty() {
+        s += &format!(
+            "; after {} searches the GPU still moved verdicts, and these, which the report rests \
+             on, are the streams' alone: {}",
+            cx.certified.rounds,
+            cx.certified.uncertified.join("; ")
+        );
+    }
     s += ".\n\n";
     s
 }
@@ -103,5 +111,6 @@ pub fn json(cx: &Context<'_>) -> serde_json::Value {
         "certified": cx.certify,
         "searches": cx.certified.rounds,
         "certificates": certs,
+        "uncertified": cx.certified.uncertified,
     })
 }

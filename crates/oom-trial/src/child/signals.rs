@@ -89,9 +89,9 @@ static STOP_PIPE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::n
 extern "C" fn on_stop_signal(_: libc::c_int) {
     let fd = STOP_PIPE.load(Ordering::SeqCst);
     // SAFETY: write, alarm and kill are async-signal-safe. The stop thread does the work; should it
-    // not finish in 10 s, SIGALRM (below) ends the group anyway. Not sooner: what the group's end
-    // leaves running is what left the group (a `setsid` child), which only the stop thread's sweep
-    // finds, and on a loaded machine such a child once outlived the 2 s this was.
+    // not finish in 10 s, SIGALRM (below) ends the group anyway. Not sooner: the group's end leaves
+    // running what left the group (a `setsid` child), which only the stop thread's sweep finds, and
+    // that sweep needs room on a machine loaded with other work.
     unsafe {
         libc::alarm(10);
         if fd < 0 || libc::write(fd, b"x".as_ptr().cast(), 1) != 1 {
